@@ -1,0 +1,1013 @@
+//! The coordinator's core: one thread that owns the scheduler, the leases and the store.
+//!
+//! Everything that changes state arrives here as a [`Command`]. The core takes a batch of
+//! commands, applies them inside one SQLite transaction, hands out grants, commits, and only
+//! then sends the replies and messages the batch produced. So every acknowledged change is
+//! durable (group commit), and the order of events is the order of this one loop.
+
+use crate::scheduler::{NodeIdx, Policy, QueuedTask, Scheduler, TaskId};
+use crate::store::{self, LoadedRun, NewTask, ResultRecord, Store, StoreError, state};
+use crate::sweep;
+use reprobench_proto::sweep::SweepSpec;
+use reprobench_proto::time::now_ms;
+use reprobench_proto::v1::{
+    AttemptRef, CoordinatorMessage, FailureClass, Grant, Hello, LeaseRenewal, ListRunsResponse, NodeProgress,
+    Outcome, RegisterRequest, RegisterResponse, ResultAck, Revoke, RunProgress, RunSummary, SubmitRunResponse,
+    coordinator_message, node_message,
+};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tonic::Status;
+
+/// Lease and heartbeat timing, and the placement policy.
+#[derive(Debug, Clone)]
+pub struct CoreConfig {
+    /// A lease lasts this long after its last renewal.
+    pub lease_ms: u64,
+    /// Nodes heartbeat this often.
+    pub heartbeat_ms: u64,
+    /// Placement policy (the benchmark's baseline uses `StaticRoundRobin`).
+    pub policy: Policy,
+}
+
+impl Default for CoreConfig {
+    fn default() -> Self {
+        CoreConfig { lease_ms: 15_000, heartbeat_ms: 3_000, policy: Policy::AffinityStealing }
+    }
+}
+
+/// Sender of messages to one node's Work stream.
+pub type NodeSender = mpsc::UnboundedSender<Result<CoordinatorMessage, Status>>;
+/// Sender of progress events to one WatchRun stream.
+pub type WatchSender = mpsc::Sender<Result<RunProgress, Status>>;
+
+/// Everything the core is asked to do.
+pub enum Command {
+    /// A node registers.
+    Register { req: RegisterRequest, reply: oneshot::Sender<Result<RegisterResponse, Status>> },
+    /// A node opened a Work stream and said hello.
+    Connect { node_id: String, conn: u64, hello: Hello, out: NodeSender },
+    /// A message on a Work stream.
+    FromNode { node_id: String, conn: u64, body: node_message::Body },
+    /// A Work stream ended.
+    Disconnect { node_id: String, conn: u64 },
+    /// SubmitRun.
+    Submit { sweep_toml: String, resume: bool, reply: oneshot::Sender<Result<SubmitRunResponse, Status>> },
+    /// CancelRun.
+    Cancel { run_id: String, reply: oneshot::Sender<Result<u64, Status>> },
+    /// ListRuns.
+    List { reply: oneshot::Sender<ListRunsResponse> },
+    /// WatchRun.
+    Watch { run_id: String, tx: WatchSender },
+    /// Stop the core (after committing what it has).
+    Shutdown,
+}
+
+/// A cloneable handle to send commands to the core.
+#[derive(Clone)]
+pub struct CoreHandle {
+    tx: std_mpsc::Sender<Command>,
+}
+
+impl CoreHandle {
+    /// Sends a command; fails when the core has stopped.
+    pub fn send(&self, cmd: Command) -> Result<(), Status> {
+        self.tx.send(cmd).map_err(|_| Status::unavailable("the coordinator is shutting down; retry shortly"))
+    }
+}
+
+/// Opens the core on a store and starts its thread.
+pub fn spawn(store: Store, cfg: CoreConfig) -> Result<(CoreHandle, std::thread::JoinHandle<()>), StoreError> {
+    let core = Core::load(store, cfg)?;
+    let (tx, rx) = std_mpsc::channel();
+    let join = std::thread::Builder::new()
+        .name("coordinator-core".into())
+        .spawn(move || core.run(rx))
+        .expect("spawning the core thread");
+    Ok((CoreHandle { tx }, join))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TaskState {
+    Pending,
+    Leased,
+    Succeeded,
+    Failed,
+    Errored,
+    Cancelled,
+}
+
+impl TaskState {
+    fn parse(s: &str) -> TaskState {
+        match s {
+            state::LEASED => TaskState::Leased,
+            state::SUCCEEDED => TaskState::Succeeded,
+            state::FAILED => TaskState::Failed,
+            state::ERRORED => TaskState::Errored,
+            state::CANCELLED => TaskState::Cancelled,
+            _ => TaskState::Pending,
+        }
+    }
+    fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => state::PENDING,
+            TaskState::Leased => state::LEASED,
+            TaskState::Succeeded => state::SUCCEEDED,
+            TaskState::Failed => state::FAILED,
+            TaskState::Errored => state::ERRORED,
+            TaskState::Cancelled => state::CANCELLED,
+        }
+    }
+}
+
+struct TaskMem {
+    run: Arc<str>,
+    state: TaskState,
+    epoch: u64,
+    infra_failures: u32,
+    kind: Arc<str>,
+    key: Arc<str>,
+    agent: Arc<str>,
+    node: Option<NodeIdx>,
+    /// The epoch whose result was recorded (for idempotent re-delivery).
+    result_epoch: Option<u64>,
+}
+
+struct Lease {
+    node: NodeIdx,
+    epoch: u64,
+    deadline: Instant,
+}
+
+struct RunMem {
+    summary: RunSummary,
+    sweep_hash: String,
+    max_attempts: u32,
+    watchers: Vec<WatchSender>,
+    node_finished: HashMap<NodeIdx, u64>,
+    dirty: bool,
+    last_publish: Option<Instant>,
+    /// Since this core started: when the first task of the run finished, and how many have.
+    session_start: Option<Instant>,
+    session_done: u64,
+}
+
+struct NodeMem {
+    id: String,
+    slots: Vec<(String, u32)>,
+    conn: Option<(u64, NodeSender)>,
+    last_seen: Instant,
+    draining: bool,
+    credits: HashMap<String, u32>,
+    in_sched: bool,
+}
+
+enum Effect {
+    Node(NodeSender, coordinator_message::Body),
+    Reply(Box<dyn FnOnce() + Send>),
+}
+
+struct Core {
+    cfg: CoreConfig,
+    store: Store,
+    sched: Scheduler,
+    tasks: HashMap<TaskId, TaskMem>,
+    runs: HashMap<Arc<str>, RunMem>,
+    run_order: Vec<Arc<str>>,
+    nodes: Vec<NodeMem>,
+    node_index: HashMap<String, NodeIdx>,
+    leases: HashMap<TaskId, Lease>,
+    hungry: BTreeSet<NodeIdx>,
+    strings: HashSet<Arc<str>>,
+    effects: Vec<Effect>,
+}
+
+impl Core {
+    fn load(store: Store, cfg: CoreConfig) -> Result<Core, StoreError> {
+        let mut core = Core {
+            sched: Scheduler::new(cfg.policy),
+            cfg,
+            store,
+            tasks: HashMap::new(),
+            runs: HashMap::new(),
+            run_order: Vec::new(),
+            nodes: Vec::new(),
+            node_index: HashMap::new(),
+            leases: HashMap::new(),
+            hungry: BTreeSet::new(),
+            strings: HashSet::new(),
+            effects: Vec::new(),
+        };
+        for run in core.store.load_runs()? {
+            core.add_run_mem(&run);
+        }
+        for (key, agent, wall_s) in core.store.load_durations()? {
+            core.sched.record_duration(&key, &agent, wall_s);
+        }
+        let grace = Instant::now() + Duration::from_millis(core.cfg.lease_ms);
+        let mut resumed = 0usize;
+        for t in core.store.load_tasks(None)? {
+            let run = core.intern(&t.run_id);
+            let st = TaskState::parse(&t.state);
+            let node = t.node_id.as_deref().map(|n| core.node_idx(n));
+            let mem = TaskMem {
+                run: run.clone(),
+                state: st,
+                epoch: t.epoch,
+                infra_failures: t.infra_failures,
+                kind: core.intern(&t.kind),
+                key: core.intern(&t.affinity_key),
+                agent: core.intern(&t.agent),
+                node,
+                result_epoch: None,
+            };
+            match st {
+                TaskState::Pending => {
+                    core.sched.enqueue(QueuedTask { id: t.task_id, kind: &mem.kind, key: &mem.key, agent: &mem.agent });
+                    resumed += 1;
+                }
+                TaskState::Leased => {
+                    // Leases are not persisted: every lease held at the crash gets a fresh one, so its
+                    // node can reconnect and claim it before it is requeued.
+                    let node = node.expect("a leased task has a node");
+                    core.leases.insert(t.task_id, Lease { node, epoch: t.epoch, deadline: grace });
+                    resumed += 1;
+                }
+                _ => {}
+            }
+            if let Some(r) = core.runs.get_mut(&run) {
+                bump(&mut r.summary, st, 1);
+            }
+            core.tasks.insert(t.task_id, mem);
+        }
+        if resumed > 0 {
+            tracing::info!(tasks = resumed, "resuming unfinished work from the store");
+        }
+        Ok(core)
+    }
+
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.strings.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.strings.insert(a.clone());
+        a
+    }
+
+    fn node_idx(&mut self, id: &str) -> NodeIdx {
+        if let Some(&i) = self.node_index.get(id) {
+            return i;
+        }
+        let i = self.nodes.len() as NodeIdx;
+        self.nodes.push(NodeMem {
+            id: id.to_string(),
+            slots: Vec::new(),
+            conn: None,
+            last_seen: Instant::now(),
+            draining: false,
+            credits: HashMap::new(),
+            in_sched: false,
+        });
+        self.node_index.insert(id.to_string(), i);
+        i
+    }
+
+    fn add_run_mem(&mut self, run: &LoadedRun) {
+        let id = self.intern(&run.run_id);
+        self.run_order.push(id.clone());
+        self.runs.insert(
+            id,
+            RunMem {
+                summary: RunSummary {
+                    run_id: run.run_id.clone(),
+                    name: run.name.clone(),
+                    state: run.state.clone(),
+                    tasks: run.tasks,
+                    created_at_ms: run.created_at_ms,
+                    finished_at_ms: run.finished_at_ms.unwrap_or(0),
+                    ..Default::default()
+                },
+                sweep_hash: run.sweep_hash.clone(),
+                max_attempts: run.max_attempts,
+                watchers: Vec::new(),
+                node_finished: HashMap::new(),
+                dirty: true,
+                last_publish: None,
+                session_start: None,
+                session_done: 0,
+            },
+        );
+    }
+
+    fn run(mut self, rx: std_mpsc::Receiver<Command>) {
+        let tick = Duration::from_millis((self.cfg.lease_ms / 10).clamp(20, 100));
+        let mut next_tick = Instant::now() + tick;
+        let mut batch = Vec::new();
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(c) => batch.push(c),
+                Err(std_mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std_mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            while batch.len() < 4096 {
+                match rx.try_recv() {
+                    Ok(c) => batch.push(c),
+                    Err(_) => break,
+                }
+            }
+            let shutdown = batch.iter().any(|c| matches!(c, Command::Shutdown));
+            if let Err(e) = self.step(&mut batch, &mut next_tick, tick) {
+                // A failed write leaves memory ahead of the store: stop, and let a restart resume
+                // from what was committed.
+                tracing::error!(error = %e, "store write failed; the coordinator stops");
+                eprintln!("reprobench coordinator: store write failed: {e}");
+                std::process::exit(74);
+            }
+            if shutdown {
+                return;
+            }
+        }
+    }
+
+    fn step(&mut self, batch: &mut Vec<Command>, next_tick: &mut Instant, tick: Duration) -> Result<(), StoreError> {
+        self.store.begin()?;
+        for cmd in batch.drain(..) {
+            self.apply(cmd)?;
+        }
+        let now = Instant::now();
+        if now >= *next_tick {
+            self.tick(now)?;
+            *next_tick = now + tick;
+        }
+        self.dispatch()?;
+        self.store.commit()?;
+        for effect in self.effects.drain(..) {
+            match effect {
+                Effect::Node(tx, body) => {
+                    let _ = tx.send(Ok(CoordinatorMessage { body: Some(body) }));
+                }
+                Effect::Reply(f) => f(),
+            }
+        }
+        self.publish(now);
+        Ok(())
+    }
+
+    fn reply<T: Send + 'static>(&mut self, tx: oneshot::Sender<T>, value: T) {
+        self.effects.push(Effect::Reply(Box::new(move || {
+            let _ = tx.send(value);
+        })));
+    }
+
+    fn to_node(&mut self, node: NodeIdx, body: coordinator_message::Body) {
+        if let Some((_, tx)) = &self.nodes[node as usize].conn {
+            self.effects.push(Effect::Node(tx.clone(), body));
+        }
+    }
+
+    fn apply(&mut self, cmd: Command) -> Result<(), StoreError> {
+        match cmd {
+            Command::Register { req, reply } => self.register(req, reply),
+            Command::Connect { node_id, conn, hello, out } => self.connect(node_id, conn, hello, out),
+            Command::FromNode { node_id, conn, body } => self.from_node(&node_id, conn, body),
+            Command::Disconnect { node_id, conn } => {
+                if let Some(&n) = self.node_index.get(&node_id) {
+                    if self.nodes[n as usize].conn.as_ref().is_some_and(|(c, _)| *c == conn) {
+                        tracing::info!(node = %node_id, "node disconnected; its leases run until they expire");
+                        self.nodes[n as usize].conn = None;
+                        self.nodes[n as usize].credits.clear();
+                        self.leave_sched(n);
+                    }
+                }
+                Ok(())
+            }
+            Command::Submit { sweep_toml, resume, reply } => {
+                let result = self.submit(&sweep_toml, resume)?;
+                self.reply(reply, result);
+                Ok(())
+            }
+            Command::Cancel { run_id, reply } => {
+                let result = self.cancel(&run_id)?;
+                self.reply(reply, result);
+                Ok(())
+            }
+            Command::List { reply } => {
+                let runs = self.run_order.iter().map(|r| self.runs[r].summary.clone()).collect();
+                let live_nodes = self.nodes.iter().filter(|n| n.in_sched).count() as u32;
+                self.reply(reply, ListRunsResponse { runs, live_nodes });
+                Ok(())
+            }
+            Command::Watch { run_id, tx } => {
+                match self.runs.get_mut(run_id.as_str()) {
+                    Some(run) => {
+                        run.watchers.push(tx);
+                        run.dirty = true;
+                        run.last_publish = None;
+                    }
+                    None => {
+                        let _ = tx.try_send(Err(Status::not_found(format!(
+                            "no run `{run_id}`; `reprobench status` lists the runs"
+                        ))));
+                    }
+                }
+                Ok(())
+            }
+            Command::Shutdown => Ok(()),
+        }
+    }
+
+    fn register(
+        &mut self,
+        req: RegisterRequest,
+        reply: oneshot::Sender<Result<RegisterResponse, Status>>,
+    ) -> Result<(), StoreError> {
+        if req.protocol_version != reprobench_proto::PROTOCOL_VERSION {
+            let msg = format!(
+                "node `{}` speaks protocol v{} but this coordinator speaks v{}; run the same reprobench release on the coordinator and its nodes",
+                req.node_id,
+                req.protocol_version,
+                reprobench_proto::PROTOCOL_VERSION
+            );
+            self.reply(reply, Err(Status::failed_precondition(msg)));
+            return Ok(());
+        }
+        let bad = |m: String| Err(Status::invalid_argument(m));
+        let check = if req.node_id.trim().is_empty() {
+            bad("node_id is empty; pass --name or let the node choose one".into())
+        } else if req.slots.is_empty() {
+            bad(format!("node `{}` offers no slots; pass --slots KIND=N", req.node_id))
+        } else {
+            Ok(())
+        };
+        if let Err(e) = check {
+            self.reply(reply, Err(e));
+            return Ok(());
+        }
+        let slots: Vec<(String, u32)> = req.slots.iter().map(|s| (s.kind.clone(), s.slots)).collect();
+        let slots_text = slots.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(",");
+        self.store.upsert_node(&req.node_id, &req.hostname, &slots_text, now_ms())?;
+        let n = self.node_idx(&req.node_id);
+        if self.nodes[n as usize].slots != slots {
+            self.leave_sched(n);
+            self.nodes[n as usize].slots = slots;
+        }
+        tracing::info!(node = %req.node_id, host = %req.hostname, slots = %slots_text, "node registered");
+        let resp = RegisterResponse {
+            node_id: req.node_id,
+            protocol_version: reprobench_proto::PROTOCOL_VERSION,
+            lease_ms: self.cfg.lease_ms,
+            heartbeat_ms: self.cfg.heartbeat_ms,
+        };
+        self.reply(reply, Ok(resp));
+        Ok(())
+    }
+
+    fn connect(&mut self, node_id: String, conn: u64, hello: Hello, out: NodeSender) -> Result<(), StoreError> {
+        let Some(&n) = self.node_index.get(&node_id).filter(|&&n| !self.nodes[n as usize].slots.is_empty()) else {
+            let _ = out.send(Err(Status::failed_precondition(format!(
+                "node `{node_id}` opened a Work stream without registering; call Register first"
+            ))));
+            return Ok(());
+        };
+        {
+            let node = &mut self.nodes[n as usize];
+            node.conn = Some((conn, out));
+            node.last_seen = Instant::now();
+            node.draining = hello.draining;
+            node.credits = hello.free.iter().map(|s| (s.kind.clone(), s.slots)).collect();
+        }
+        for key in &hello.warm_keys {
+            self.sched.mark_warm(n, key);
+        }
+        // Leases this node held that it no longer reports were lost in transit: requeue them now.
+        let held: HashSet<(u64, u64)> = hello.running.iter().map(|a| (a.task_id, a.epoch)).collect();
+        let lost: Vec<(TaskId, u64)> = self
+            .leases
+            .iter()
+            .filter(|(t, l)| l.node == n && !held.contains(&(**t, l.epoch)))
+            .map(|(t, l)| (*t, l.epoch))
+            .collect();
+        for (task, epoch) in lost {
+            self.leases.remove(&task);
+            let reason = format!("node {node_id} reconnected without this attempt (grant lost in transit)");
+            self.store.end_attempt(task, epoch, "lost", Some(&reason), now_ms())?;
+            self.requeue(task)?;
+        }
+        self.renew(n, &hello.running);
+        if !hello.draining {
+            self.join_sched(n);
+        }
+        tracing::info!(node = %node_id, running = hello.running.len(), "node connected");
+        Ok(())
+    }
+
+    fn from_node(&mut self, node_id: &str, conn: u64, body: node_message::Body) -> Result<(), StoreError> {
+        let Some(&n) = self.node_index.get(node_id) else { return Ok(()) };
+        if !self.nodes[n as usize].conn.as_ref().is_some_and(|(c, _)| *c == conn) {
+            return Ok(()); // a superseded stream
+        }
+        self.nodes[n as usize].last_seen = Instant::now();
+        if !self.nodes[n as usize].in_sched && !self.nodes[n as usize].draining {
+            self.join_sched(n);
+        }
+        match body {
+            node_message::Body::Hello(_) => {}
+            node_message::Body::Heartbeat(hb) => self.renew(n, &hb.running),
+            node_message::Body::Credit(c) => {
+                if !self.nodes[n as usize].draining {
+                    *self.nodes[n as usize].credits.entry(c.kind).or_insert(0) += c.slots;
+                    self.hungry.insert(n);
+                }
+            }
+            node_message::Body::Progress(_) => {}
+            node_message::Body::Result(r) => {
+                let attempt = r.attempt.unwrap_or_default();
+                self.result(n, attempt, r.outcome.unwrap_or_default())?;
+            }
+            node_message::Body::HandBack(h) => {
+                let a = h.attempt.unwrap_or_default();
+                if self.leases.get(&a.task_id).is_some_and(|l| l.node == n && l.epoch == a.epoch) {
+                    self.leases.remove(&a.task_id);
+                    let reason = format!("handed back by {node_id}: {}", h.reason);
+                    self.store.end_attempt(a.task_id, a.epoch, "handed_back", Some(&reason), now_ms())?;
+                    self.requeue(a.task_id)?;
+                }
+            }
+            node_message::Body::Draining(_) => {
+                tracing::info!(node = %node_id, "node is draining");
+                self.nodes[n as usize].draining = true;
+                self.nodes[n as usize].credits.clear();
+                self.leave_sched(n);
+            }
+        }
+        Ok(())
+    }
+
+    /// Extends the leases a node reports; revokes what it runs without a lease.
+    fn renew(&mut self, n: NodeIdx, running: &[AttemptRef]) {
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.lease_ms);
+        let mut renewed = Vec::new();
+        for a in running {
+            match self.leases.get_mut(&a.task_id) {
+                Some(l) if l.node == n && l.epoch == a.epoch => {
+                    l.deadline = deadline;
+                    renewed.push(*a);
+                }
+                _ => {
+                    let epoch = self.tasks.get(&a.task_id).map_or(0, |t| t.epoch);
+                    let reason = format!("lease lost: the task is now at attempt {epoch} or closed");
+                    self.to_node(n, coordinator_message::Body::Revoke(Revoke { attempt: Some(*a), reason }));
+                }
+            }
+        }
+        let lease_ms = self.cfg.lease_ms;
+        self.to_node(n, coordinator_message::Body::Renewal(LeaseRenewal { renewed, lease_ms }));
+    }
+
+    fn join_sched(&mut self, n: NodeIdx) {
+        let node = &mut self.nodes[n as usize];
+        if node.in_sched || node.slots.is_empty() || node.conn.is_none() {
+            return;
+        }
+        node.in_sched = true;
+        let kinds: Vec<String> = node.slots.iter().map(|(k, _)| k.clone()).collect();
+        self.sched.add_node(n, &kinds);
+        self.hungry.insert(n);
+    }
+
+    fn leave_sched(&mut self, n: NodeIdx) {
+        if std::mem::take(&mut self.nodes[n as usize].in_sched) {
+            self.sched.remove_node(n);
+        }
+    }
+
+    fn submit(&mut self, sweep_toml: &str, resume: bool) -> Result<Result<SubmitRunResponse, Status>, StoreError> {
+        let spec = match SweepSpec::from_toml(sweep_toml) {
+            Ok(s) => s,
+            Err(e) => return Ok(Err(Status::invalid_argument(e.to_string()))),
+        };
+        let hash = sweep::sweep_hash(&spec);
+        if resume {
+            let existing = self
+                .run_order
+                .iter()
+                .rev()
+                .find(|r| self.runs[*r].sweep_hash == hash && self.runs[*r].summary.state == "running");
+            if let Some(r) = existing {
+                let run = &self.runs[r];
+                return Ok(Ok(SubmitRunResponse { run_id: r.to_string(), tasks: run.summary.tasks, resumed: true }));
+            }
+        }
+        let tasks: Vec<NewTask> = match sweep::expand(&spec) {
+            Ok(t) => t,
+            Err(e) => return Ok(Err(Status::invalid_argument(e.to_string()))),
+        };
+        let created = now_ms();
+        let run = LoadedRun {
+            run_id: new_run_id(created),
+            name: spec.name.clone(),
+            sweep_hash: hash,
+            state: "running".into(),
+            tasks: tasks.len() as u64,
+            max_attempts: spec.max_attempts,
+            created_at_ms: created,
+            finished_at_ms: None,
+        };
+        let ids = self.store.insert_run(&run, &spec.to_toml(), &tasks)?;
+        self.add_run_mem(&run);
+        let run_key = self.intern(&run.run_id);
+        for (id, t) in ids.iter().zip(&tasks) {
+            let mem = TaskMem {
+                run: run_key.clone(),
+                state: TaskState::Pending,
+                epoch: 0,
+                infra_failures: 0,
+                kind: self.intern(&t.kind),
+                key: self.intern(&t.affinity_key),
+                agent: self.intern(&t.agent),
+                node: None,
+                result_epoch: None,
+            };
+            self.sched.enqueue(QueuedTask { id: *id, kind: &mem.kind, key: &mem.key, agent: &mem.agent });
+            self.tasks.insert(*id, mem);
+        }
+        let r = self.runs.get_mut(&run_key).expect("just added");
+        r.summary.pending = tasks.len() as u64;
+        if tasks.is_empty() {
+            self.check_finished(&run_key)?;
+        }
+        tracing::info!(run = %run.run_id, tasks = tasks.len(), sweep = %spec.name, "run submitted");
+        Ok(Ok(SubmitRunResponse { run_id: run.run_id, tasks: tasks.len() as u64, resumed: false }))
+    }
+
+    fn cancel(&mut self, run_id: &str) -> Result<Result<u64, Status>, StoreError> {
+        let Some(run_key) = self.runs.get_key_value(run_id).map(|(k, _)| k.clone()) else {
+            return Ok(Err(Status::not_found(format!("no run `{run_id}`; `reprobench status` lists the runs"))));
+        };
+        let ids: Vec<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.run == run_key && matches!(t.state, TaskState::Pending | TaskState::Leased))
+            .map(|(id, _)| *id)
+            .collect();
+        let now = now_ms();
+        for &id in &ids {
+            let (st, epoch, node) = {
+                let t = &self.tasks[&id];
+                (t.state, t.epoch, t.node)
+            };
+            if st == TaskState::Pending {
+                self.sched.remove(id);
+            } else if let (Some(n), Some(_)) = (node, self.leases.remove(&id)) {
+                self.store.end_attempt(id, epoch, "cancelled", Some("run cancelled"), now)?;
+                let attempt = Some(AttemptRef { task_id: id, epoch });
+                self.to_node(n, coordinator_message::Body::Cancel(Revoke { attempt, reason: "run cancelled".into() }));
+            }
+            let infra = self.tasks[&id].infra_failures;
+            self.store.set_task_state(id, state::CANCELLED, infra)?;
+            self.set_state(id, TaskState::Cancelled);
+        }
+        let run = self.runs.get_mut(&run_key).expect("exists");
+        if run.summary.state == "running" {
+            run.summary.state = "cancelled".into();
+            run.summary.finished_at_ms = now;
+            run.dirty = true;
+            self.store.set_run_state(run_id, "cancelled", Some(now))?;
+        }
+        Ok(Ok(ids.len() as u64))
+    }
+
+    fn set_state(&mut self, task: TaskId, new: TaskState) {
+        let t = self.tasks.get_mut(&task).expect("known task");
+        let old = std::mem::replace(&mut t.state, new);
+        let run = self.runs.get_mut(&t.run).expect("task's run");
+        bump(&mut run.summary, old, -1);
+        bump(&mut run.summary, new, 1);
+        run.dirty = true;
+    }
+
+    fn requeue(&mut self, task: TaskId) -> Result<(), StoreError> {
+        let t = self.tasks.get_mut(&task).expect("known task");
+        t.node = None;
+        let infra = t.infra_failures;
+        self.sched.enqueue(QueuedTask { id: task, kind: &t.kind, key: &t.key, agent: &t.agent });
+        self.runs.get_mut(&t.run).expect("run").summary.retried_attempts += 1;
+        self.store.set_task_state(task, state::PENDING, infra)?;
+        self.set_state(task, TaskState::Pending);
+        Ok(())
+    }
+
+    /// An attempt failed for infrastructure reasons: retry it, or close the task when the bound is hit.
+    fn infra_failure(&mut self, task: TaskId, class: &str, message: String, node: &str) -> Result<(), StoreError> {
+        let t = self.tasks.get_mut(&task).expect("known task");
+        t.infra_failures += 1;
+        let max = self.runs[&t.run].max_attempts;
+        if t.infra_failures < max {
+            return self.requeue(task);
+        }
+        let now = now_ms();
+        let record = ResultRecord {
+            success: false,
+            verdict: "error".into(),
+            error_class: Some(format!("infra:{class}")),
+            error_message: Some(format!("gave up after {max} attempts; last: {message}")),
+            started_at_ms: now,
+            finished_at_ms: now,
+            node_id: node.to_string(),
+            ..Default::default()
+        };
+        self.finish(task, TaskState::Errored, &record)
+    }
+
+    fn finish(&mut self, task: TaskId, st: TaskState, record: &ResultRecord) -> Result<(), StoreError> {
+        let t = self.tasks.get_mut(&task).expect("known task");
+        t.result_epoch = Some(t.epoch);
+        let (run, epoch, infra, node) = (t.run.clone(), t.epoch, t.infra_failures, t.node);
+        self.store.insert_result(task, &run, epoch, record)?;
+        self.store.set_task_state(task, st.as_str(), infra)?;
+        self.set_state(task, st);
+        let r = self.runs.get_mut(&run).expect("run");
+        if let Some(n) = node {
+            *r.node_finished.entry(n).or_insert(0) += 1;
+        }
+        r.session_done += 1;
+        self.check_finished(&run)
+    }
+
+    fn check_finished(&mut self, run: &Arc<str>) -> Result<(), StoreError> {
+        let r = self.runs.get_mut(run).expect("run");
+        if r.summary.state == "running" && r.summary.pending == 0 && r.summary.running == 0 {
+            let now = now_ms();
+            r.summary.state = "finished".into();
+            r.summary.finished_at_ms = now;
+            r.dirty = true;
+            tracing::info!(run = %run, succeeded = r.summary.succeeded, failed = r.summary.failed, errored = r.summary.errored, "run finished");
+            self.store.set_run_state(run, "finished", Some(now))?;
+        }
+        Ok(())
+    }
+
+    fn result(&mut self, n: NodeIdx, a: AttemptRef, outcome: Outcome) -> Result<(), StoreError> {
+        let node_id = self.nodes[n as usize].id.clone();
+        let ack = |accepted: bool, reason: String| {
+            coordinator_message::Body::ResultAck(ResultAck { attempt: Some(a), accepted, reason })
+        };
+        let Some(t) = self.tasks.get(&a.task_id) else {
+            self.to_node(n, ack(false, "unknown task".into()));
+            return Ok(());
+        };
+        let current = self.leases.get(&a.task_id).is_some_and(|l| l.node == n && l.epoch == a.epoch);
+        if !current {
+            let duplicate = t.result_epoch == Some(a.epoch) && t.node == Some(n);
+            if duplicate {
+                self.to_node(n, ack(true, "already recorded".into()));
+            } else {
+                let reason = match t.state {
+                    TaskState::Cancelled => "the run was cancelled".to_string(),
+                    _ => format!("stale attempt: the lease passed to attempt {}", t.epoch),
+                };
+                tracing::warn!(task = a.task_id, epoch = a.epoch, node = %node_id, %reason, "late result rejected");
+                self.store.mark_late_result(a.task_id, a.epoch, now_ms())?;
+                self.to_node(n, ack(false, reason));
+            }
+            return Ok(());
+        }
+        self.leases.remove(&a.task_id);
+        let now = now_ms();
+        let class = FailureClass::try_from(outcome.failure_class).unwrap_or(FailureClass::Infra);
+        if class == FailureClass::Infra {
+            let message = if outcome.error_message.is_empty() { "infrastructure error".into() } else { outcome.error_message.clone() };
+            self.store.end_attempt(a.task_id, a.epoch, "infra_error", Some(&message), now)?;
+            let cls = if outcome.error_class.is_empty() { "executor".to_string() } else { outcome.error_class.clone() };
+            self.infra_failure(a.task_id, &cls, message, &node_id)?;
+        } else {
+            self.store.end_attempt(a.task_id, a.epoch, "finished", None, now)?;
+            let errored = class != FailureClass::None || !outcome.error_class.is_empty();
+            let st = if outcome.success {
+                TaskState::Succeeded
+            } else if errored {
+                TaskState::Errored
+            } else {
+                TaskState::Failed
+            };
+            if !errored {
+                let t = &self.tasks[&a.task_id];
+                let (key, agent) = (t.key.clone(), t.agent.clone());
+                self.sched.record_duration(&key, &agent, outcome.wall_s);
+            }
+            let record = record_from(outcome, node_id);
+            self.finish(a.task_id, st, &record)?;
+        }
+        self.to_node(n, ack(true, String::new()));
+        Ok(())
+    }
+
+    fn tick(&mut self, now: Instant) -> Result<(), StoreError> {
+        let silence = Duration::from_millis(self.cfg.lease_ms);
+        for n in 0..self.nodes.len() as NodeIdx {
+            let node = &self.nodes[n as usize];
+            if node.in_sched && now.duration_since(node.last_seen) > silence {
+                tracing::warn!(node = %node.id, "node silent for a lease period; no more grants until it speaks");
+                self.leave_sched(n);
+            }
+        }
+        let expired: Vec<(TaskId, NodeIdx, u64)> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.deadline <= now)
+            .map(|(t, l)| (*t, l.node, l.epoch))
+            .collect();
+        for (task, n, epoch) in expired {
+            self.leases.remove(&task);
+            let node_id = self.nodes[n as usize].id.clone();
+            let reason = format!("lease expired: no heartbeat from {node_id} for {} ms", self.cfg.lease_ms);
+            tracing::warn!(task, epoch, node = %node_id, "lease expired; requeueing");
+            self.store.end_attempt(task, epoch, "lease_expired", Some(&reason), now_ms())?;
+            let attempt = Some(AttemptRef { task_id: task, epoch });
+            self.to_node(n, coordinator_message::Body::Revoke(Revoke { attempt, reason: reason.clone() }));
+            self.infra_failure(task, "lease_expired", reason, &node_id)?;
+        }
+        Ok(())
+    }
+
+    /// Grants pending work to nodes that asked for it, one task per node per round.
+    fn dispatch(&mut self) -> Result<(), StoreError> {
+        while self.sched.pending() > 0 && !self.hungry.is_empty() {
+            let mut granted_any = false;
+            let hungry: Vec<NodeIdx> = self.hungry.iter().copied().collect();
+            for n in hungry {
+                let node = &self.nodes[n as usize];
+                let kind = node.credits.iter().find(|(_, c)| **c > 0).map(|(k, _)| k.clone());
+                let (Some(kind), true) = (kind, node.in_sched) else {
+                    self.hungry.remove(&n);
+                    continue;
+                };
+                match self.sched.next_for(n, &kind) {
+                    Some(pick) => {
+                        *self.nodes[n as usize].credits.get_mut(&kind).expect("credit") -= 1;
+                        self.grant(n, pick.task)?;
+                        granted_any = true;
+                    }
+                    None => {
+                        // Nothing of this kind for this node now; it keeps its credit for later.
+                        let more = self.nodes[n as usize].credits.iter().any(|(k, c)| *c > 0 && *k != kind);
+                        if !more {
+                            self.hungry.remove(&n);
+                        }
+                    }
+                }
+            }
+            if !granted_any {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn grant(&mut self, n: NodeIdx, task: TaskId) -> Result<(), StoreError> {
+        let t = self.tasks.get_mut(&task).expect("known task");
+        t.epoch += 1;
+        t.node = Some(n);
+        let (epoch, run, kind, key, agent) = (t.epoch, t.run.clone(), t.kind.clone(), t.key.clone(), t.agent.clone());
+        let node_id = self.nodes[n as usize].id.clone();
+        self.store.record_grant(task, epoch, &node_id, now_ms())?;
+        let info = self.store.grant_info(task)?;
+        self.set_state(task, TaskState::Leased);
+        let r = self.runs.get_mut(&run).expect("run");
+        r.session_start.get_or_insert_with(Instant::now);
+        let deadline = Instant::now() + Duration::from_millis(self.cfg.lease_ms);
+        self.leases.insert(task, Lease { node: n, epoch, deadline });
+        let grant = Grant {
+            attempt: Some(AttemptRef { task_id: task, epoch }),
+            run_id: run.to_string(),
+            kind: kind.to_string(),
+            affinity_key: key.to_string(),
+            agent: agent.to_string(),
+            variant: info.variant,
+            instance_id: info.instance_id,
+            payload_json: info.payload,
+            lease_ms: self.cfg.lease_ms,
+            attempt_number: epoch as u32,
+        };
+        self.to_node(n, coordinator_message::Body::Grant(grant));
+        Ok(())
+    }
+
+    /// Sends progress snapshots to watchers, at most every 100 ms per run, and closes finished watches.
+    fn publish(&mut self, now: Instant) {
+        let run_ids: Vec<Arc<str>> = self
+            .runs
+            .iter()
+            .filter(|(_, r)| r.dirty && !r.watchers.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for id in run_ids {
+            let r = &self.runs[&id];
+            let done = r.summary.state != "running";
+            if !done && r.last_publish.is_some_and(|t| now.duration_since(t) < Duration::from_millis(100)) {
+                continue;
+            }
+            let progress = self.progress(&id);
+            let r = self.runs.get_mut(&id).expect("run");
+            r.watchers.retain(|w| !matches!(w.try_send(Ok(progress.clone())), Err(mpsc::error::TrySendError::Closed(_))));
+            r.dirty = false;
+            r.last_publish = Some(now);
+            if done {
+                r.watchers.clear();
+            }
+        }
+    }
+
+    fn progress(&self, id: &Arc<str>) -> RunProgress {
+        let r = &self.runs[id];
+        let mut running: HashMap<NodeIdx, u64> = HashMap::new();
+        for (task, lease) in &self.leases {
+            if self.tasks.get(task).is_some_and(|t| &t.run == id) {
+                *running.entry(lease.node).or_insert(0) += 1;
+            }
+        }
+        let nodes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, node)| {
+                let i = i as NodeIdx;
+                let running = running.get(&i).copied().unwrap_or(0);
+                let finished = r.node_finished.get(&i).copied().unwrap_or(0);
+                (node.in_sched || running > 0 || finished > 0).then(|| NodeProgress {
+                    node_id: node.id.clone(),
+                    live: node.in_sched,
+                    running,
+                    finished,
+                    slots: node.slots.iter().map(|(_, s)| *s).sum(),
+                })
+            })
+            .collect();
+        let s = &r.summary;
+        let remaining = s.pending + s.running;
+        let eta_s = match r.session_start {
+            Some(start) if r.session_done > 0 => {
+                start.elapsed().as_secs_f64() / r.session_done as f64 * remaining as f64
+            }
+            _ if remaining == 0 => 0.0,
+            _ => -1.0,
+        };
+        RunProgress { run: Some(s.clone()), nodes, eta_s }
+    }
+}
+
+fn bump(s: &mut RunSummary, st: TaskState, delta: i64) {
+    let field = match st {
+        TaskState::Pending => &mut s.pending,
+        TaskState::Leased => &mut s.running,
+        TaskState::Succeeded => &mut s.succeeded,
+        TaskState::Failed => &mut s.failed,
+        TaskState::Errored => &mut s.errored,
+        TaskState::Cancelled => &mut s.cancelled,
+    };
+    *field = field.saturating_add_signed(delta);
+}
+
+fn record_from(o: Outcome, node_id: String) -> ResultRecord {
+    let opt = |s: String| (!s.is_empty()).then_some(s);
+    ResultRecord {
+        success: o.success,
+        verdict: o.verdict,
+        error_class: opt(o.error_class),
+        error_message: opt(o.error_message),
+        llm_calls: o.llm_calls,
+        tokens_in: o.tokens_in,
+        tokens_out: o.tokens_out,
+        tokens_cached: o.tokens_cached,
+        cost_usd: o.cost_usd,
+        wall_s: o.wall_s,
+        actions: o.actions,
+        trace_len: o.trace_len,
+        feedback_iterations: o.feedback_iterations,
+        localized_files_correct: o.localized_files_correct,
+        started_at_ms: o.started_at_ms,
+        finished_at_ms: o.finished_at_ms,
+        node_id,
+        artifact_path: o.artifact_path,
+    }
+}
+
+fn new_run_id(created_ms: i64) -> String {
+    let stamp = reprobench_proto::time::rfc3339_ms(created_ms);
+    // 2026-11-30T08:51:57.123Z -> 20261130-085157
+    let compact: String = stamp.chars().filter(|c| c.is_ascii_digit()).take(14).collect();
+    format!("run-{}-{}-{}", &compact[..8], &compact[8..], crate::random_hex(3))
+}
+
+/// Store states that count as a finished task.
+pub fn is_terminal(state_name: &str) -> bool {
+    matches!(
+        state_name,
+        store::state::SUCCEEDED | store::state::FAILED | store::state::ERRORED | store::state::CANCELLED
+    )
+}

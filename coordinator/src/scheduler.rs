@@ -1,0 +1,591 @@
+//! Which pending task a node gets next. Pure logic, no IO: the coordinator's core and the
+//! discrete-event simulation (`sim`) drive the same code.
+//!
+//! Policy (DESIGN.md, "Scheduling"): tasks are sharded to live nodes by consistent hashing of
+//! their affinity key; a node with a free slot takes from its own shard first, the bucket with the
+//! longest expected duration first (unknown estimates count as longest, so they are learnt early);
+//! when its shard is empty it steals one not-started task from the node with the largest backlog,
+//! preferring keys the thief already has warm. Granted tasks leave the scheduler, so a started
+//! task can never be stolen. `StaticRoundRobin` is the baseline the benchmark compares against.
+
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+
+/// Task identifier (the store's row id).
+pub type TaskId = u64;
+/// Node index, assigned by the caller (dense small integers keep the hot path cheap).
+pub type NodeIdx = u32;
+
+/// Virtual points per node on the hash ring; enough for an even spread at 4 nodes and at 1,000.
+const VNODES: u32 = 64;
+
+/// A choice made for affinity (the node's own shard, a key the thief has warm) yields to a task
+/// expected to take more than this many times as long: a long task started late is what
+/// stretches a run's tail, and a warm environment saves less than that.
+const LONG_TASK_FACTOR: f64 = 2.0;
+
+/// How tasks are placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Affinity shards by consistent hashing, longest-expected-first, work stealing.
+    AffinityStealing,
+    /// Baseline: tasks dealt round-robin to the nodes present at enqueue time, FIFO, no stealing.
+    StaticRoundRobin,
+}
+
+/// A task waiting for a slot.
+#[derive(Debug, Clone)]
+pub struct QueuedTask<'a> {
+    /// Store id.
+    pub id: TaskId,
+    /// Executor kind the task needs.
+    pub kind: &'a str,
+    /// Affinity key (image, app + snapshot).
+    pub key: &'a str,
+    /// Agent name (estimates are per key and agent).
+    pub agent: &'a str,
+}
+
+/// A scheduling decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pick {
+    /// The task to grant.
+    pub task: TaskId,
+    /// The node whose shard it was taken from, when it was stolen.
+    pub stolen_from: Option<NodeIdx>,
+}
+
+type KeyId = u32;
+type AgentId = u32;
+type BucketId = (KeyId, AgentId);
+
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<String, u32>,
+}
+
+impl Interner {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.ids.len() as u32;
+        self.ids.insert(s.to_string(), id);
+        id
+    }
+    fn get(&self, s: &str) -> Option<u32> {
+        self.ids.get(s).copied()
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Estimate {
+    sum_s: f64,
+    n: u32,
+}
+
+/// Per-kind queues: only nodes offering slots of that kind own shards of it.
+#[derive(Default)]
+struct KindQueues {
+    members: BTreeSet<NodeIdx>,
+    ring: Vec<(u64, NodeIdx)>,
+    ring_dirty: bool,
+    buckets: HashMap<BucketId, VecDeque<TaskId>>,
+    owner: HashMap<KeyId, Option<NodeIdx>>,
+    shard: HashMap<NodeIdx, HashSet<BucketId>>,
+    backlog: HashMap<NodeIdx, usize>,
+    by_backlog: BTreeSet<(usize, NodeIdx)>,
+    /// Non-empty buckets by expected duration (f64 bits order like the values for non-negatives).
+    by_estimate: BTreeSet<(u64, BucketId)>,
+    // StaticRoundRobin only.
+    static_queues: HashMap<NodeIdx, VecDeque<TaskId>>,
+    static_unplaced: VecDeque<TaskId>,
+    static_next: usize,
+}
+
+/// The scheduler state: pending tasks, shards, estimates and warm keys.
+pub struct Scheduler {
+    policy: Policy,
+    kinds: HashMap<String, KindQueues>,
+    keys: Interner,
+    /// Ring position of each interned key, hashed from the key's text so shards do not depend
+    /// on arrival order (the same key lands on the same node after a coordinator restart).
+    key_points: Vec<u64>,
+    agents: Interner,
+    estimates: HashMap<BucketId, Estimate>,
+    warm: HashMap<NodeIdx, HashSet<KeyId>>,
+    /// Where each pending task sits: (kind, bucket). Removed tasks are dropped lazily from queues.
+    location: HashMap<TaskId, (String, BucketId)>,
+}
+
+impl Scheduler {
+    /// An empty scheduler.
+    pub fn new(policy: Policy) -> Self {
+        Scheduler {
+            policy,
+            kinds: HashMap::new(),
+            keys: Interner::default(),
+            key_points: Vec::new(),
+            agents: Interner::default(),
+            estimates: HashMap::new(),
+            warm: HashMap::new(),
+            location: HashMap::new(),
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// A node became live with slots of these kinds.
+    pub fn add_node(&mut self, node: NodeIdx, kinds: &[String]) {
+        for kind in kinds {
+            let q = self.kinds.entry(kind.clone()).or_default();
+            if q.members.insert(node) {
+                q.ring_dirty = true;
+                q.static_queues.entry(node).or_default();
+            }
+        }
+    }
+
+    /// A node is gone (dead, disconnected or draining): its shards move to the others.
+    pub fn remove_node(&mut self, node: NodeIdx) {
+        for q in self.kinds.values_mut() {
+            if q.members.remove(&node) {
+                q.ring_dirty = true;
+                if let Some(tasks) = q.static_queues.remove(&node) {
+                    q.static_unplaced.extend(tasks);
+                }
+            }
+        }
+    }
+
+    /// Whether the node is a live member for any kind.
+    pub fn has_node(&self, node: NodeIdx) -> bool {
+        self.kinds.values().any(|q| q.members.contains(&node))
+    }
+
+    fn key_id(&mut self, key: &str) -> KeyId {
+        let id = self.keys.id(key);
+        if id as usize == self.key_points.len() {
+            let text_hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+            self.key_points.push(mix(text_hash));
+        }
+        id
+    }
+
+    /// Records that a node has a key's environment warm (it ran or prepared it).
+    pub fn mark_warm(&mut self, node: NodeIdx, key: &str) {
+        let k = self.key_id(key);
+        self.warm.entry(node).or_default().insert(k);
+    }
+
+    /// Feeds a finished task's duration into the (key, agent) estimate.
+    pub fn record_duration(&mut self, key: &str, agent: &str, wall_s: f64) {
+        let b = (self.key_id(key), self.agents.id(agent));
+        let old = expected_bits(&self.estimates, &b);
+        let e = self.estimates.entry(b).or_default();
+        e.sum_s += wall_s.max(0.0);
+        e.n += 1;
+        let new = expected_bits(&self.estimates, &b);
+        for q in self.kinds.values_mut() {
+            if q.by_estimate.remove(&(old, b)) {
+                q.by_estimate.insert((new, b));
+            }
+        }
+    }
+
+    /// Expected duration in seconds for a (key, agent), when any task of it has finished.
+    pub fn estimate(&self, key: &str, agent: &str) -> Option<f64> {
+        let b = (self.keys.get(key)?, self.agents.get(agent)?);
+        self.estimates.get(&b).map(|e| e.sum_s / f64::from(e.n))
+    }
+
+    /// Adds a pending task (new, requeued or handed back).
+    pub fn enqueue(&mut self, task: QueuedTask<'_>) {
+        let b = (self.key_id(task.key), self.agents.id(task.agent));
+        self.location.insert(task.id, (task.kind.to_string(), b));
+        let q = self.kinds.entry(task.kind.to_string()).or_default();
+        match self.policy {
+            Policy::AffinityStealing => {
+                q.refresh_ring(&self.key_points);
+                let queue = q.buckets.entry(b).or_default();
+                queue.push_back(task.id);
+                let was_empty = queue.len() == 1;
+                let owner = q.owner_of(b.0, &self.key_points);
+                if was_empty {
+                    q.by_estimate.insert((expected_bits(&self.estimates, &b), b));
+                    if let Some(n) = owner {
+                        q.shard.entry(n).or_default().insert(b);
+                    }
+                }
+                if let Some(n) = owner {
+                    q.add_backlog(n, 1);
+                }
+            }
+            Policy::StaticRoundRobin => {
+                let members: Vec<NodeIdx> = q.members.iter().copied().collect();
+                if members.is_empty() {
+                    q.static_unplaced.push_back(task.id);
+                } else {
+                    let n = members[q.static_next % members.len()];
+                    q.static_next += 1;
+                    q.static_queues.entry(n).or_default().push_back(task.id);
+                }
+            }
+        }
+    }
+
+    /// Withdraws a pending task (its run was cancelled). Returns whether it was pending.
+    pub fn remove(&mut self, task: TaskId) -> bool {
+        let Some((kind, b)) = self.location.remove(&task) else { return false };
+        let Some(q) = self.kinds.get_mut(&kind) else { return true };
+        match self.policy {
+            Policy::AffinityStealing => {
+                q.refresh_ring(&self.key_points);
+                if let Some(queue) = q.buckets.get_mut(&b) {
+                    if let Some(pos) = queue.iter().position(|t| *t == task) {
+                        queue.remove(pos);
+                        let empty = queue.is_empty();
+                        if empty {
+                            q.by_estimate.remove(&(expected_bits(&self.estimates, &b), b));
+                        }
+                        if let Some(n) = q.owner_of(b.0, &self.key_points) {
+                            q.add_backlog(n, -1);
+                            if empty {
+                                if let Some(s) = q.shard.get_mut(&n) {
+                                    s.remove(&b);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Policy::StaticRoundRobin => {
+                for queue in q.static_queues.values_mut().chain(std::iter::once(&mut q.static_unplaced)) {
+                    queue.retain(|t| *t != task);
+                }
+            }
+        }
+        true
+    }
+
+    /// The next task for a free slot of `kind` on `node`, or `None` when nothing is runnable there.
+    pub fn next_for(&mut self, node: NodeIdx, kind: &str) -> Option<Pick> {
+        let q = self.kinds.get_mut(kind)?;
+        if !q.members.contains(&node) {
+            return None;
+        }
+        let pick = match self.policy {
+            Policy::AffinityStealing => {
+                q.refresh_ring(&self.key_points);
+                let estimates = &self.estimates;
+                let expected = |b: &BucketId| estimates.get(b).map_or(f64::INFINITY, |e| e.sum_s / f64::from(e.n));
+                let own = q.shard.get(&node).and_then(|s| best_bucket(s.iter(), &expected));
+                let affine = match own {
+                    Some(b) => (b, node),
+                    None => {
+                        let &(backlog, victim) = q.by_backlog.iter().rev().find(|(_, n)| *n != node)?;
+                        if backlog == 0 {
+                            return None;
+                        }
+                        let victim_shard = q.shard.get(&victim)?;
+                        let warm = self.warm.get(&node);
+                        let warm_pick = warm.and_then(|w| {
+                            best_bucket(victim_shard.iter().filter(|b| w.contains(&b.0)), &expected)
+                        });
+                        let best = best_bucket(victim_shard.iter(), &expected)?;
+                        // Warmth wins unless it would leave a much longer task for later: a long
+                        // task started late is what stretches a run's tail.
+                        let b = match warm_pick {
+                            Some(w) if expected(&w) * LONG_TASK_FACTOR >= expected(&best) => w,
+                            _ => best,
+                        };
+                        (b, victim)
+                    }
+                };
+                let longest = q.by_estimate.iter().next_back().map(|(_, b)| *b);
+                let (bucket, from) = match longest {
+                    Some(g) if expected(&g) > LONG_TASK_FACTOR * expected(&affine.0) => {
+                        (g, q.owner_of(g.0, &self.key_points)?)
+                    }
+                    _ => affine,
+                };
+                let queue = q.buckets.get_mut(&bucket)?;
+                let task = queue.pop_front()?;
+                if queue.is_empty() {
+                    q.by_estimate.remove(&(expected_bits(estimates, &bucket), bucket));
+                    if let Some(s) = q.shard.get_mut(&from) {
+                        s.remove(&bucket);
+                    }
+                }
+                q.add_backlog(from, -1);
+                self.warm.entry(node).or_default().insert(bucket.0);
+                Pick { task, stolen_from: (from != node).then_some(from) }
+            }
+            Policy::StaticRoundRobin => {
+                if !q.static_unplaced.is_empty() {
+                    let members: Vec<NodeIdx> = q.members.iter().copied().collect();
+                    while let Some(t) = q.static_unplaced.pop_front() {
+                        let n = members[q.static_next % members.len()];
+                        q.static_next += 1;
+                        q.static_queues.entry(n).or_default().push_back(t);
+                    }
+                }
+                let task = q.static_queues.get_mut(&node)?.pop_front()?;
+                Pick { task, stolen_from: None }
+            }
+        };
+        self.location.remove(&pick.task);
+        Some(pick)
+    }
+
+    /// Not-started tasks in a node's shard for a kind.
+    pub fn backlog(&mut self, node: NodeIdx, kind: &str) -> usize {
+        let Some(q) = self.kinds.get_mut(kind) else { return 0 };
+        q.refresh_ring(&self.key_points);
+        match self.policy {
+            Policy::AffinityStealing => q.backlog.get(&node).copied().unwrap_or(0),
+            Policy::StaticRoundRobin => q.static_queues.get(&node).map_or(0, VecDeque::len),
+        }
+    }
+
+    /// All pending tasks.
+    pub fn pending(&self) -> usize {
+        self.location.len()
+    }
+}
+
+fn expected_bits(estimates: &HashMap<BucketId, Estimate>, b: &BucketId) -> u64 {
+    estimates.get(b).map_or(f64::INFINITY, |e| e.sum_s / f64::from(e.n)).to_bits()
+}
+
+/// The bucket with the longest expected duration; ties broken by id so decisions are reproducible.
+fn best_bucket<'a>(
+    buckets: impl Iterator<Item = &'a BucketId>,
+    expected: &impl Fn(&BucketId) -> f64,
+) -> Option<BucketId> {
+    buckets
+        .map(|b| (expected(b), *b))
+        .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.1.cmp(&a.1)))
+        .map(|(_, b)| b)
+}
+
+impl KindQueues {
+    fn owner_of(&self, key: KeyId, points: &[u64]) -> Option<NodeIdx> {
+        self.owner.get(&key).copied().flatten().or_else(|| ring_owner(&self.ring, points[key as usize]))
+    }
+
+    fn add_backlog(&mut self, node: NodeIdx, delta: isize) {
+        let cur = self.backlog.entry(node).or_insert(0);
+        self.by_backlog.remove(&(*cur, node));
+        *cur = cur.saturating_add_signed(delta);
+        if *cur > 0 {
+            self.by_backlog.insert((*cur, node));
+        }
+    }
+
+    /// Rebuilds the ring and re-shards the pending buckets after membership changed.
+    fn refresh_ring(&mut self, points: &[u64]) {
+        if !self.ring_dirty {
+            return;
+        }
+        self.ring_dirty = false;
+        self.ring = self
+            .members
+            .iter()
+            .flat_map(|&n| (0..VNODES).map(move |v| (mix(u64::from(n) << 32 | u64::from(v)), n)))
+            .collect();
+        self.ring.sort_unstable();
+        self.owner.clear();
+        self.shard.clear();
+        // by_estimate does not depend on ownership and stays as it is.
+        self.backlog.clear();
+        self.by_backlog.clear();
+        let ring = &self.ring;
+        let mut owners: HashMap<KeyId, Option<NodeIdx>> = HashMap::new();
+        let mut moves: Vec<(NodeIdx, BucketId, usize)> = Vec::new();
+        for (b, queue) in &self.buckets {
+            let owner = *owners.entry(b.0).or_insert_with(|| ring_owner(ring, points[b.0 as usize]));
+            if let (Some(n), false) = (owner, queue.is_empty()) {
+                moves.push((n, *b, queue.len()));
+            }
+        }
+        self.owner = owners;
+        for (n, b, len) in moves {
+            self.shard.entry(n).or_default().insert(b);
+            self.add_backlog(n, len as isize);
+        }
+    }
+}
+
+fn ring_owner(ring: &[(u64, NodeIdx)], h: u64) -> Option<NodeIdx> {
+    if ring.is_empty() {
+        return None;
+    }
+    let i = ring.partition_point(|(p, _)| *p < h);
+    Some(ring[i % ring.len()].1)
+}
+
+/// A 64-bit finalizer (SplitMix64's), stable across Rust versions unlike `DefaultHasher`.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const K: &str = "synthetic";
+
+    fn sched(nodes: &[NodeIdx]) -> Scheduler {
+        let mut s = Scheduler::new(Policy::AffinityStealing);
+        for &n in nodes {
+            s.add_node(n, &[K.to_string()]);
+        }
+        s
+    }
+
+    fn enqueue(s: &mut Scheduler, id: TaskId, key: &str) {
+        s.enqueue(QueuedTask { id, kind: K, key, agent: "a" });
+    }
+
+    #[test]
+    fn same_key_goes_to_the_same_shard() {
+        let mut s = sched(&[0, 1, 2]);
+        for id in 0..10 {
+            enqueue(&mut s, id, "image-x");
+        }
+        let owners: Vec<usize> = (0..3).map(|n| s.backlog(n, K)).collect();
+        assert_eq!(owners.iter().sum::<usize>(), 10);
+        assert_eq!(owners.iter().filter(|b| **b == 10).count(), 1, "{owners:?}");
+    }
+
+    #[test]
+    fn owner_takes_own_shard_and_idle_node_steals_without_double_grants() {
+        let mut s = sched(&[0, 1]);
+        for id in 0..6 {
+            enqueue(&mut s, id, "only-key");
+        }
+        let owner = if s.backlog(0, K) == 6 { 0 } else { 1 };
+        let thief = 1 - owner;
+        let p = s.next_for(owner, K).unwrap();
+        assert_eq!(p.stolen_from, None);
+        let p = s.next_for(thief, K).unwrap();
+        assert_eq!(p.stolen_from, Some(owner));
+        let mut seen: BTreeSet<TaskId> = BTreeSet::new();
+        seen.insert(0);
+        seen.insert(p.task);
+        while let Some(p) = s.next_for(thief, K) {
+            assert!(seen.insert(p.task), "task {} granted twice", p.task);
+        }
+        assert_eq!(seen.len(), 6);
+        assert_eq!(s.pending(), 0);
+        assert_eq!(s.backlog(owner, K), 0);
+    }
+
+    #[test]
+    fn longest_expected_first_and_unknown_before_known() {
+        let mut s = sched(&[0]);
+        s.record_duration("short", "a", 1.0);
+        s.record_duration("long", "a", 9.0);
+        enqueue(&mut s, 1, "short");
+        enqueue(&mut s, 2, "long");
+        enqueue(&mut s, 3, "never-seen");
+        let order: Vec<TaskId> = std::iter::from_fn(|| s.next_for(0, K).map(|p| p.task)).collect();
+        assert_eq!(order, vec![3, 2, 1]);
+    }
+
+    #[test]
+    fn thief_prefers_keys_it_has_warm() {
+        let mut s = sched(&[0, 1]);
+        // Find two keys that both land on node 0.
+        let keys: Vec<String> = (0..200)
+            .map(|i| format!("k{i}"))
+            .filter(|k| {
+                let mut probe = sched(&[0, 1]);
+                enqueue(&mut probe, 0, k);
+                probe.backlog(0, K) == 1
+            })
+            .take(2)
+            .collect();
+        s.record_duration(&keys[0], "a", 1.5); // longer, but not warm on the thief
+        s.record_duration(&keys[1], "a", 1.0);
+        enqueue(&mut s, 1, &keys[0]);
+        enqueue(&mut s, 2, &keys[1]);
+        s.mark_warm(1, &keys[1]);
+        assert_eq!(s.next_for(1, K), Some(Pick { task: 2, stolen_from: Some(0) }));
+        // A task expected to take far longer than the warm one is not left for the tail.
+        let mut s = sched(&[0, 1]);
+        s.record_duration(&keys[0], "a", 100.0);
+        s.record_duration(&keys[1], "a", 1.0);
+        enqueue(&mut s, 1, &keys[0]);
+        enqueue(&mut s, 2, &keys[1]);
+        s.mark_warm(1, &keys[1]);
+        assert_eq!(s.next_for(1, K), Some(Pick { task: 1, stolen_from: Some(0) }));
+    }
+
+    #[test]
+    fn own_shard_yields_to_a_much_longer_task_elsewhere() {
+        let mut s = sched(&[0, 1]);
+        let on = |node: NodeIdx| {
+            move |k: &String| {
+                let mut probe = sched(&[0, 1]);
+                enqueue(&mut probe, 0, k);
+                probe.backlog(node, K) == 1
+            }
+        };
+        let mine = (0..200).map(|i| format!("k{i}")).find(on(0)).unwrap();
+        let theirs = (0..200).map(|i| format!("k{i}")).find(on(1)).unwrap();
+        s.record_duration(&mine, "a", 1.0);
+        s.record_duration(&theirs, "a", 10.0);
+        enqueue(&mut s, 1, &mine);
+        enqueue(&mut s, 2, &theirs);
+        assert_eq!(s.next_for(0, K), Some(Pick { task: 2, stolen_from: Some(1) }));
+        assert_eq!(s.next_for(0, K), Some(Pick { task: 1, stolen_from: None }));
+    }
+
+    #[test]
+    fn a_dead_nodes_shard_moves_and_removed_tasks_are_not_granted() {
+        let mut s = sched(&[0, 1, 2]);
+        for id in 0..30 {
+            enqueue(&mut s, id, &format!("key{}", id % 7));
+        }
+        assert!(s.remove(5));
+        assert!(!s.remove(5));
+        s.remove_node(1);
+        assert_eq!(s.backlog(1, K), 0);
+        assert_eq!(s.backlog(0, K) + s.backlog(2, K), 29);
+        assert_eq!(s.next_for(1, K), None, "a removed node gets nothing");
+        let mut got: Vec<TaskId> = std::iter::from_fn(|| s.next_for(0, K).map(|p| p.task)).collect();
+        got.sort();
+        assert_eq!(got, (0..30).filter(|t| *t != 5).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn tasks_wait_for_a_node_of_their_kind() {
+        let mut s = Scheduler::new(Policy::AffinityStealing);
+        s.enqueue(QueuedTask { id: 1, kind: "docker", key: "img", agent: "a" });
+        s.add_node(0, &[K.to_string()]);
+        assert_eq!(s.next_for(0, "docker"), None);
+        s.add_node(1, &["docker".to_string()]);
+        assert_eq!(s.next_for(1, "docker").map(|p| p.task), Some(1));
+    }
+
+    #[test]
+    fn static_round_robin_deals_and_never_steals() {
+        let mut s = Scheduler::new(Policy::StaticRoundRobin);
+        s.add_node(0, &[K.to_string()]);
+        s.add_node(1, &[K.to_string()]);
+        for id in 0..4 {
+            enqueue(&mut s, id, "k");
+        }
+        assert_eq!(s.next_for(0, K).map(|p| p.task), Some(0));
+        assert_eq!(s.next_for(0, K).map(|p| p.task), Some(2));
+        assert_eq!(s.next_for(0, K), None);
+        assert_eq!(s.next_for(1, K).map(|p| p.task), Some(1));
+    }
+}

@@ -1,0 +1,308 @@
+//! The gRPC edge: `NodeService` and `RunService` forwarding to the core, token checks, TLS,
+//! the data directory (lock, token file, address file) and the server's lifetime.
+
+use crate::core::{self, Command, CoreConfig, CoreHandle};
+use crate::store::{Store, StoreError};
+use reprobench_proto::auth::TOKEN_METADATA_KEY;
+use reprobench_proto::v1::node_service_server::{NodeService, NodeServiceServer};
+use reprobench_proto::v1::run_service_server::{RunService, RunServiceServer};
+use reprobench_proto::v1::*;
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tonic::transport::{Identity, Server, ServerTlsConfig};
+use tonic::{Request, Response, Status, Streaming};
+
+/// File in the data directory holding the join token (mode 0600).
+pub const TOKEN_FILE: &str = "token";
+/// File in the data directory naming the address a live coordinator serves on.
+pub const ADDRESS_FILE: &str = "serve.json";
+const LOCK_FILE: &str = "coordinator.lock";
+
+/// How to run a coordinator.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// Data directory (store, token, address file).
+    pub data_dir: PathBuf,
+    /// Address to listen on; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Token file; `DATA_DIR/token` when `None`. Created with mode 0600 if absent.
+    pub token_file: Option<PathBuf>,
+    /// PEM certificate and key for TLS.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Lease timing and policy.
+    pub core: CoreConfig,
+}
+
+/// Problems starting a coordinator.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Filesystem trouble with the data directory.
+    #[error("data directory {path}: {source}")]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Another coordinator holds the data directory.
+    #[error("another coordinator is already serving {0}; stop it, or pick another --data DIR")]
+    Locked(PathBuf),
+    /// The store cannot be opened.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// TLS files are unusable.
+    #[error("TLS: {0}")]
+    Tls(String),
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
+    move |source| ServeError::Io { path: path.to_path_buf(), source }
+}
+
+/// A running coordinator.
+pub struct Coordinator {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    /// The join token.
+    pub token: String,
+    /// Where the token lives.
+    pub token_file: PathBuf,
+    core: CoreHandle,
+    core_join: Option<std::thread::JoinHandle<()>>,
+    stop: Option<oneshot::Sender<()>>,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    _lock: std::fs::File,
+}
+
+impl Coordinator {
+    /// Stops serving, lets the core commit its last batch, and returns.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        let _ = (&mut self.server).await;
+        let _ = self.core.send(Command::Shutdown);
+        if let Some(j) = self.core_join.take() {
+            let _ = tokio::task::spawn_blocking(move || j.join()).await;
+        }
+    }
+}
+
+/// Opens the data directory and store, and starts serving.
+pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(io_err(&cfg.data_dir))?;
+    let lock = lock_data_dir(&cfg.data_dir)?;
+    let token_file = cfg.token_file.clone().unwrap_or_else(|| cfg.data_dir.join(TOKEN_FILE));
+    let token = ensure_token(&token_file)?;
+    let store = Store::open(&cfg.data_dir)?;
+    let (core, core_join) = core::spawn(store, cfg.core.clone())?;
+
+    let listener = std::net::TcpListener::bind(cfg.listen).map_err(io_err(&cfg.data_dir))?;
+    listener.set_nonblocking(true).map_err(io_err(&cfg.data_dir))?;
+    let addr = listener.local_addr().map_err(io_err(&cfg.data_dir))?;
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(io_err(&cfg.data_dir))?;
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+
+    let mut builder = Server::builder();
+    let scheme = if let Some((cert, key)) = &cfg.tls {
+        let read = |p: &PathBuf| std::fs::read(p).map_err(|e| ServeError::Tls(format!("cannot read {}: {e}", p.display())));
+        let identity = Identity::from_pem(read(cert)?, read(key)?);
+        builder = builder
+            .tls_config(ServerTlsConfig::new().identity(identity))
+            .map_err(|e| ServeError::Tls(e.to_string()))?;
+        "https"
+    } else {
+        "http"
+    };
+    let auth = TokenCheck { expected: Arc::from(format!("Bearer {token}")), token_file: token_file.clone() };
+    let nodes = NodeServiceServer::with_interceptor(NodeApi { core: core.clone(), conns: Arc::new(AtomicU64::new(1)) }, auth.clone());
+    let runs = RunServiceServer::with_interceptor(RunApi { core: core.clone(), data_dir: cfg.data_dir.clone() }, auth);
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        builder
+            .http2_keepalive_interval(Some(std::time::Duration::from_secs(10)))
+            .http2_keepalive_timeout(Some(std::time::Duration::from_secs(20)))
+            .add_service(nodes)
+            .add_service(runs)
+            .serve_with_incoming_shutdown(incoming, async {
+                let _ = stop_rx.await;
+            }),
+    );
+    let url = format!("{scheme}://{addr}");
+    let address = serde_json::json!({ "url": url, "pid": std::process::id() });
+    let address_path = cfg.data_dir.join(ADDRESS_FILE);
+    std::fs::write(&address_path, format!("{address}\n")).map_err(io_err(&address_path))?;
+    tracing::info!(%url, data = %cfg.data_dir.display(), "coordinator serving");
+    Ok(Coordinator { addr, token, token_file, core, core_join: Some(core_join), stop: Some(stop_tx), server, _lock: lock })
+}
+
+/// Reads the address file a live coordinator wrote into a data directory.
+pub fn served_url(data_dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(data_dir.join(ADDRESS_FILE)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get("url")?.as_str().map(str::to_string)
+}
+
+fn lock_data_dir(dir: &Path) -> Result<std::fs::File, ServeError> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join(LOCK_FILE);
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io_err(&path))?;
+    // SAFETY: flock on a valid descriptor we own; the lock lives as long as the file handle.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(ServeError::Locked(dir.to_path_buf()));
+    }
+    Ok(file)
+}
+
+/// Reads the token file, or creates it (mode 0600) with a fresh random token.
+pub fn ensure_token(path: &Path) -> Result<String, ServeError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(ServeError::Io { path: path.to_path_buf(), source: e }),
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io_err(parent))?;
+    }
+    let token = crate::random_hex(32);
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io_err(path))?;
+    std::io::Write::write_all(&mut f, format!("{token}\n").as_bytes()).map_err(io_err(path))?;
+    Ok(token)
+}
+
+#[derive(Clone)]
+struct TokenCheck {
+    expected: Arc<str>,
+    token_file: PathBuf,
+}
+
+impl tonic::service::Interceptor for TokenCheck {
+    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+        let given = req.metadata().get(TOKEN_METADATA_KEY).map(|v| v.as_bytes()).unwrap_or_default();
+        if constant_time_eq(given, self.expected.as_bytes()) {
+            Ok(req)
+        } else {
+            let what = if given.is_empty() { "no join token was presented" } else { "the join token is wrong" };
+            Err(Status::unauthenticated(format!(
+                "{what}; the coordinator's token is in {} on the coordinator's machine: copy it and pass --token-file",
+                self.token_file.display()
+            )))
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+struct NodeApi {
+    core: CoreHandle,
+    conns: Arc<AtomicU64>,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+async fn ask<T>(core: &CoreHandle, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Status> {
+    let (tx, rx) = oneshot::channel();
+    core.send(make(tx))?;
+    rx.await.map_err(|_| Status::unavailable("the coordinator is shutting down; retry shortly"))
+}
+
+#[tonic::async_trait]
+impl NodeService for NodeApi {
+    async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<RegisterResponse>, Status> {
+        let req = req.into_inner();
+        ask(&self.core, |reply| Command::Register { req, reply }).await?.map(Response::new)
+    }
+
+    type WorkStream = BoxStream<CoordinatorMessage>;
+
+    async fn work(&self, req: Request<Streaming<NodeMessage>>) -> Result<Response<Self::WorkStream>, Status> {
+        let mut inbound = req.into_inner();
+        let first = inbound.message().await?.and_then(|m| m.body);
+        let Some(node_message::Body::Hello(hello)) = first else {
+            return Err(Status::invalid_argument("the first message on a Work stream must be Hello"));
+        };
+        let node_id = hello.node_id.clone();
+        let conn = self.conns.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.core.send(Command::Connect { node_id: node_id.clone(), conn, hello, out: tx })?;
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(msg)) = inbound.message().await {
+                if let Some(body) = msg.body {
+                    if core.send(Command::FromNode { node_id: node_id.clone(), conn, body }).is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = core.send(Command::Disconnect { node_id, conn });
+        });
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+    }
+}
+
+struct RunApi {
+    core: CoreHandle,
+    data_dir: PathBuf,
+}
+
+#[tonic::async_trait]
+impl RunService for RunApi {
+    async fn submit_run(&self, req: Request<SubmitRunRequest>) -> Result<Response<SubmitRunResponse>, Status> {
+        let r = req.into_inner();
+        ask(&self.core, |reply| Command::Submit { sweep_toml: r.sweep_toml, resume: r.resume_existing, reply })
+            .await?
+            .map(Response::new)
+    }
+
+    type WatchRunStream = BoxStream<RunProgress>;
+
+    async fn watch_run(&self, req: Request<WatchRunRequest>) -> Result<Response<Self::WatchRunStream>, Status> {
+        let (tx, rx) = mpsc::channel(16);
+        self.core.send(Command::Watch { run_id: req.into_inner().run_id, tx })?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn cancel_run(&self, req: Request<CancelRunRequest>) -> Result<Response<CancelRunResponse>, Status> {
+        let run_id = req.into_inner().run_id;
+        let n = ask(&self.core, |reply| Command::Cancel { run_id, reply }).await??;
+        Ok(Response::new(CancelRunResponse { cancelled_tasks: n }))
+    }
+
+    async fn list_runs(&self, _req: Request<ListRunsRequest>) -> Result<Response<ListRunsResponse>, Status> {
+        Ok(Response::new(ask(&self.core, |reply| Command::List { reply }).await?))
+    }
+
+    type ExportResultsStream = BoxStream<ResultRow>;
+
+    async fn export_results(&self, req: Request<ExportResultsRequest>) -> Result<Response<Self::ExportResultsStream>, Status> {
+        let run_id = req.into_inner().run_id;
+        let dir = self.data_dir.clone();
+        let rows = tokio::task::spawn_blocking(move || -> Result<Vec<ResultRow>, Status> {
+            let store = Store::open_read_only(&dir).map_err(|e| Status::internal(e.to_string()))?;
+            if store.sweep_toml(&run_id).map_err(|e| Status::internal(e.to_string()))?.is_none() {
+                return Err(Status::not_found(format!("no run `{run_id}`; `reprobench status` lists the runs")));
+            }
+            store.results(&run_id).map_err(|e| Status::internal(e.to_string()))
+        })
+        .await
+        .map_err(|e| Status::internal(e.to_string()))??;
+        Ok(Response::new(Box::pin(tokio_stream::iter(rows.into_iter().map(Ok)))))
+    }
+}
