@@ -1,1 +1,292 @@
-fn main() {}
+//! `reprobench`: one binary with a subcommand per role. Arguments and wiring only; the work
+//! lives in the crates (`reprobench-coordinator`, `reprobench-agent-node`, `reprobench-analysis`).
+
+mod bench;
+mod client;
+mod local;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use reprobench_proto::kind::SlotSpec;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Default data directory for local runs and `serve`.
+const DEFAULT_DATA: &str = "reprobench-data";
+
+#[derive(Parser)]
+#[command(
+    name = "reprobench",
+    version,
+    about = "Distributed benchmark harness for LLM bug-reproduction agents",
+    long_about = "Distributed benchmark harness for LLM bug-reproduction agents.\n\n\
+        A coordinator (`serve`) holds runs in a SQLite store and schedules their tasks on agent \
+        nodes (`node`). `run --local-nodes N` starts both on this machine; `quickstart` shows it \
+        end to end. Results follow one schema (see `results`)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a small synthetic sweep on a local cluster and print its summary table.
+    Quickstart(QuickstartArgs),
+    /// Run the coordinator: store, scheduler, and the gRPC services nodes and users call.
+    Serve(ServeArgs),
+    /// Run an agent node that joins a coordinator and executes tasks in its slots.
+    Node(NodeArgs),
+    /// Submit a sweep and wait for it, with progress on stderr.
+    Run(RunArgs),
+    /// Show runs (or one run, with --attempts its attempts and their reasons).
+    Status(StatusArgs),
+    /// Cancel a run: pending tasks are withdrawn, running attempts stopped.
+    Cancel(CancelArgs),
+    /// Export a run's results in the results schema.
+    Results(ResultsArgs),
+    /// Benchmarks (figures, not pass/fail).
+    Bench(BenchArgs),
+}
+
+/// Where a client finds the coordinator or its store.
+#[derive(Args, Clone)]
+struct Target {
+    /// Data directory of a coordinator on this machine (reads the store directly where it can).
+    #[arg(long, value_name = "DIR", conflicts_with = "coordinator")]
+    data: Option<PathBuf>,
+    /// Coordinator URL, e.g. http://10.0.0.5:7077.
+    #[arg(long, value_name = "URL", requires = "token_file")]
+    coordinator: Option<String>,
+    /// File holding the join token (the coordinator's DATA_DIR/token).
+    #[arg(long, value_name = "F")]
+    token_file: Option<PathBuf>,
+    /// CA certificate (PEM) for an https coordinator.
+    #[arg(long, value_name = "F")]
+    tls_ca: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct QuickstartArgs {
+    /// Data directory for the local cluster's store.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA)]
+    data: PathBuf,
+    /// Node processes to start.
+    #[arg(long, default_value_t = 2)]
+    local_nodes: u32,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Data directory: store, token, address file.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DATA)]
+    data: PathBuf,
+    /// Address to listen on (port 0 picks a free port; the address is written to DIR/serve.json).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7077")]
+    listen: SocketAddr,
+    /// Join token file; generated with mode 0600 if absent [default: DIR/token].
+    #[arg(long, value_name = "F")]
+    token_file: Option<PathBuf>,
+    /// TLS certificate (PEM); with --tls-key, serve https.
+    #[arg(long, value_name = "F", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, value_name = "F", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Lease length: an attempt whose node is silent this long is requeued.
+    #[arg(long, value_name = "MS", default_value_t = 15_000)]
+    lease_ms: u64,
+    /// How often nodes heartbeat (busy or idle).
+    #[arg(long, value_name = "MS", default_value_t = 3_000)]
+    heartbeat_ms: u64,
+}
+
+#[derive(Args)]
+struct NodeArgs {
+    /// Coordinator URL, e.g. http://10.0.0.5:7077.
+    #[arg(long, value_name = "URL")]
+    coordinator: String,
+    /// File holding the join token (copy of the coordinator's DATA_DIR/token).
+    #[arg(long, value_name = "F")]
+    token_file: PathBuf,
+    /// Slots per executor kind, repeatable: --slots synthetic=4 --slots docker=1.
+    #[arg(long = "slots", value_name = "KIND=N", default_value = "synthetic=2")]
+    slots: Vec<SlotSpec>,
+    /// Node id, stable across reconnects [default: HOSTNAME-PID].
+    #[arg(long, value_name = "ID")]
+    name: Option<String>,
+    /// CA certificate (PEM) for an https coordinator.
+    #[arg(long, value_name = "F")]
+    tls_ca: Option<PathBuf>,
+    /// On SIGTERM, wait this long for running attempts before handing them back.
+    #[arg(long, value_name = "S", default_value_t = 600)]
+    drain_timeout_s: u64,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Sweep spec (TOML): datasets, agents, variants, backbones, repeats, budget.
+    sweep: PathBuf,
+    /// Start an embedded coordinator and N node processes on this machine.
+    #[arg(long, value_name = "N", conflicts_with = "coordinator")]
+    local_nodes: Option<u32>,
+    /// Slots of each local node, repeatable.
+    #[arg(long, value_name = "KIND=N", default_value = "synthetic=2", requires = "local_nodes")]
+    node_slots: Vec<SlotSpec>,
+    #[command(flatten)]
+    target: Target,
+    /// Print one JSON object with the run's totals on stdout at the end.
+    #[arg(long)]
+    json: bool,
+    /// Submit and return at once, printing the run id.
+    #[arg(long, conflicts_with = "local_nodes")]
+    detach: bool,
+    /// Start a new run even if an unfinished run of the same sweep exists (default: resume it).
+    #[arg(long)]
+    new: bool,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    /// Run id; all runs when omitted.
+    run: Option<String>,
+    #[command(flatten)]
+    target: Target,
+    /// List the run's attempts with their node, status and reason.
+    #[arg(long, requires = "run")]
+    attempts: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct CancelArgs {
+    /// Run id.
+    run: String,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum ResultsFormat {
+    Jsonl,
+    Csv,
+}
+
+#[derive(Args)]
+struct ResultsArgs {
+    /// Run id.
+    run: String,
+    #[command(flatten)]
+    target: Target,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "jsonl")]
+    format: ResultsFormat,
+    /// Write to this file instead of stdout.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(subcommand)]
+    which: BenchWhich,
+}
+
+#[derive(Subcommand)]
+enum BenchWhich {
+    /// Scheduler: makespan against its lower bound (ours and static sharding), dispatch rate, large-scale simulation.
+    Scheduler(bench::SchedulerBenchArgs),
+}
+
+fn init_tracing(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("REPROBENCH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+fn main() -> std::process::ExitCode {
+    // Behave like other command-line tools when piped into `head`: stop quietly on a closed pipe.
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let cli = Cli::parse();
+    let quiet_default = "warn";
+    init_tracing(match cli.command {
+        Command::Serve(_) | Command::Node(_) => "info",
+        _ => quiet_default,
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
+    match command {
+        Command::Quickstart(a) => local::quickstart(&a.data, a.local_nodes, a.json).await?,
+        Command::Serve(a) => serve(a).await?,
+        Command::Node(a) => node(a).await?,
+        Command::Run(a) => return client::run(a).await,
+        Command::Status(a) => client::status(a).await?,
+        Command::Cancel(a) => client::cancel(a).await?,
+        Command::Results(a) => client::results(a).await?,
+        Command::Bench(a) => match a.which {
+            BenchWhich::Scheduler(b) => bench::scheduler(b).await?,
+        },
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn serve(a: ServeArgs) -> Result<()> {
+    let cfg = reprobench_coordinator::ServeConfig {
+        data_dir: a.data.clone(),
+        listen: a.listen,
+        token_file: a.token_file,
+        tls: a.tls_cert.zip(a.tls_key),
+        core: reprobench_coordinator::core::CoreConfig {
+            lease_ms: a.lease_ms.max(100),
+            heartbeat_ms: a.heartbeat_ms.clamp(10, a.lease_ms.max(100) / 2),
+            policy: reprobench_coordinator::scheduler::Policy::AffinityStealing,
+        },
+    };
+    let coordinator = reprobench_coordinator::start(cfg).await.context("starting the coordinator")?;
+    eprintln!(
+        "reprobench coordinator listening on {} (data {}, token {})",
+        coordinator.addr,
+        a.data.display(),
+        coordinator.token_file.display()
+    );
+    let mut stop = reprobench_agent_node::runtime::stop_signals();
+    stop.recv().await;
+    eprintln!("stopping the coordinator; runs resume when it starts again on the same --data");
+    coordinator.shutdown().await;
+    Ok(())
+}
+
+async fn node(a: NodeArgs) -> Result<()> {
+    let token = reprobench_proto::auth::read_token(&a.token_file)?;
+    let cfg = reprobench_agent_node::NodeConfig {
+        coordinator: reprobench_proto::auth::CoordinatorAddress { url: a.coordinator, token, tls_ca: a.tls_ca },
+        node_id: a.name.unwrap_or_else(|| format!("{}-{}", reprobench_agent_node::runtime::hostname(), std::process::id())),
+        slots: a.slots,
+        drain_timeout: Duration::from_secs(a.drain_timeout_s),
+        max_backoff: Duration::from_secs(5),
+    };
+    reprobench_agent_node::run_node(cfg, reprobench_agent_node::runtime::stop_signals()).await?;
+    Ok(())
+}

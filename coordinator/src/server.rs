@@ -74,6 +74,7 @@ pub struct Coordinator {
     pub token: String,
     /// Where the token lives.
     pub token_file: PathBuf,
+    address_file: PathBuf,
     core: CoreHandle,
     core_join: Option<std::thread::JoinHandle<()>>,
     stop: Option<oneshot::Sender<()>>,
@@ -92,6 +93,7 @@ impl Coordinator {
         if let Some(j) = self.core_join.take() {
             let _ = tokio::task::spawn_blocking(move || j.join()).await;
         }
+        let _ = std::fs::remove_file(&self.address_file);
     }
 }
 
@@ -140,7 +142,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
     let address_path = cfg.data_dir.join(ADDRESS_FILE);
     std::fs::write(&address_path, format!("{address}\n")).map_err(io_err(&address_path))?;
     tracing::info!(%url, data = %cfg.data_dir.display(), "coordinator serving");
-    Ok(Coordinator { addr, token, token_file, core, core_join: Some(core_join), stop: Some(stop_tx), server, _lock: lock })
+    Ok(Coordinator { addr, token, token_file, address_file: address_path, core, core_join: Some(core_join), stop: Some(stop_tx), server, _lock: lock })
 }
 
 /// Reads the address file a live coordinator wrote into a data directory.

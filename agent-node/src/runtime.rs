@@ -1,0 +1,458 @@
+//! The node runtime: one event loop that keeps a connection to the coordinator (reconnecting
+//! with backoff), runs granted attempts up to its slots, heartbeats whether busy or not, keeps
+//! every finished result until the coordinator acknowledges it, stops work whose lease it has
+//! lost, and drains on request.
+
+use crate::executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor};
+use crate::synthetic::SyntheticExecutor;
+use reprobench_proto::auth::{ClientError, CoordinatorAddress, error_chain};
+use reprobench_proto::kind::SlotSpec;
+use reprobench_proto::v1::node_service_client::NodeServiceClient;
+use reprobench_proto::v1::{
+    AttemptProgress, AttemptRef, AttemptResult, Credit, Draining, HandBack, Heartbeat, Hello, NodeMessage,
+    Outcome, RegisterRequest, SlotCount, coordinator_message, node_message,
+};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+
+/// How to run a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The coordinator to join.
+    pub coordinator: CoordinatorAddress,
+    /// This node's id, stable across reconnects.
+    pub node_id: String,
+    /// Slots per executor kind.
+    pub slots: Vec<SlotSpec>,
+    /// How long a drain waits for running attempts before handing them back.
+    pub drain_timeout: Duration,
+    /// Longest wait between reconnection tries.
+    pub max_backoff: Duration,
+}
+
+/// Why a node stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The coordinator refused this node (token, protocol version, bad slots).
+    #[error("the coordinator refused this node: {0}")]
+    Refused(String),
+    /// The configuration cannot work.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Events from attempts and from the connection's reader task.
+enum Event {
+    Done { attempt: AttemptRef, end: AttemptEnd },
+    Inbound { generation: u64, body: coordinator_message::Body },
+    Closed { generation: u64, reason: String },
+}
+
+struct RunningAttempt {
+    kind: String,
+    cancel: CancellationToken,
+    /// The node's own view of the lease: it stops the attempt when this passes without renewal.
+    local_deadline: Instant,
+    /// Hand the attempt back (drain) instead of staying silent when it stops.
+    hand_back: bool,
+}
+
+struct Connection {
+    generation: u64,
+    out: mpsc::UnboundedSender<NodeMessage>,
+    /// Send times of heartbeats (and the hello) not yet answered by a renewal.
+    unanswered: VecDeque<Instant>,
+}
+
+struct Node {
+    cfg: NodeConfig,
+    executors: HashMap<String, Arc<dyn Executor>>,
+    free: HashMap<String, u32>,
+    running: HashMap<AttemptRef, RunningAttempt>,
+    outbox: BTreeMap<(u64, u64), AttemptResult>,
+    warm: HashSet<String>,
+    conn: Option<Connection>,
+    generation: u64,
+    lease_ms: u64,
+    heartbeat_ms: u64,
+    draining: bool,
+    drain_deadline: Option<Instant>,
+    events_tx: mpsc::UnboundedSender<Event>,
+    progress_tx: mpsc::UnboundedSender<(AttemptRef, f64, String)>,
+}
+
+fn msg(body: node_message::Body) -> NodeMessage {
+    NodeMessage { body: Some(body) }
+}
+
+/// Runs a node until it is drained (after `shutdown` resolves, or the coordinator asks) or refused.
+/// A second resolution of `shutdown` (e.g. a second Ctrl-C) hands running work back at once.
+pub async fn run_node(cfg: NodeConfig, mut shutdown: mpsc::UnboundedReceiver<()>) -> Result<(), NodeError> {
+    let mut executors: HashMap<String, Arc<dyn Executor>> = HashMap::new();
+    let builtin: Vec<Arc<dyn Executor>> = vec![Arc::new(SyntheticExecutor)];
+    for spec in &cfg.slots {
+        let exec = builtin.iter().find(|e| e.kind() == spec.kind).ok_or_else(|| {
+            NodeError::Config(format!(
+                "this build has no `{}` executor yet; offer slots of: {}",
+                spec.kind,
+                builtin.iter().map(|e| e.kind()).collect::<Vec<_>>().join(", ")
+            ))
+        })?;
+        executors.insert(spec.kind.clone(), exec.clone());
+    }
+    if cfg.slots.is_empty() {
+        return Err(NodeError::Config("no slots offered; pass --slots KIND=N, e.g. --slots synthetic=2".into()));
+    }
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
+    let mut node = Node {
+        free: cfg.slots.iter().map(|s| (s.kind.clone(), s.slots)).collect(),
+        cfg,
+        executors,
+        running: HashMap::new(),
+        outbox: BTreeMap::new(),
+        warm: HashSet::new(),
+        conn: None,
+        generation: 0,
+        lease_ms: 15_000,
+        heartbeat_ms: 3_000,
+        draining: false,
+        drain_deadline: None,
+        events_tx,
+        progress_tx,
+    };
+
+    let mut backoff = Duration::from_millis(100);
+    let mut next_connect = Instant::now();
+    let mut next_heartbeat = Instant::now();
+    let mut signals = 0u32;
+    let mut shutdown_open = true;
+    let watchdog = Duration::from_millis(50);
+    loop {
+        if node.draining && node.running.is_empty() && (node.outbox.is_empty() || node.conn.is_none() && node.past_drain(Duration::from_secs(10))) {
+            if !node.outbox.is_empty() {
+                tracing::warn!(results = node.outbox.len(), "drained without delivering every result; the coordinator will rerun those tasks when their leases expire");
+            }
+            tracing::info!(node = %node.cfg.node_id, "drained; stopping");
+            return Ok(());
+        }
+        if node.conn.is_none() && Instant::now() >= next_connect {
+            match node.connect().await {
+                Ok(()) => {
+                    backoff = Duration::from_millis(100);
+                    next_heartbeat = Instant::now() + Duration::from_millis(node.heartbeat_ms);
+                }
+                Err(ConnectFailure::Fatal(e)) => return Err(e),
+                Err(ConnectFailure::Retry(reason)) => {
+                    let jitter = 0.5 + reprobench_proto::synthetic::SplitMix64::new(node.generation ^ u64::from(std::process::id())).next_f64();
+                    let wait = backoff.mul_f64(jitter).min(node.cfg.max_backoff);
+                    tracing::warn!(%reason, retry_in_ms = wait.as_millis() as u64, "coordinator unreachable; retrying");
+                    next_connect = Instant::now() + wait;
+                    backoff = (backoff * 2).min(node.cfg.max_backoff);
+                }
+            }
+            continue;
+        }
+        let wake = [Some(Instant::now() + watchdog), node.conn.is_none().then_some(next_connect), node.conn.is_some().then_some(next_heartbeat), node.drain_deadline]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("the watchdog is always set");
+        tokio::select! {
+            Some(ev) = events_rx.recv() => node.handle(ev),
+            Some((attempt, fraction, message)) = progress_rx.recv() => {
+                node.send(node_message::Body::Progress(AttemptProgress { attempt: Some(attempt), message, fraction }));
+            }
+            sig = shutdown.recv(), if shutdown_open => {
+                signals += 1;
+                shutdown_open = sig.is_some();
+                if signals > 1 {
+                    tracing::warn!("second stop request: handing running work back now");
+                    node.drain_deadline = Some(Instant::now());
+                }
+                node.start_drain("stop requested");
+            }
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+        let now = Instant::now();
+        if node.conn.is_some() && now >= next_heartbeat {
+            node.heartbeat();
+            next_heartbeat = now + Duration::from_millis(node.heartbeat_ms);
+        }
+        if node.drain_deadline.is_some_and(|d| now >= d) {
+            node.hand_back_all();
+        }
+        node.check_local_leases(now);
+    }
+}
+
+enum ConnectFailure {
+    Fatal(NodeError),
+    Retry(String),
+}
+
+impl Node {
+    fn past_drain(&self, grace: Duration) -> bool {
+        self.drain_deadline.is_some_and(|d| Instant::now() >= d + grace)
+    }
+
+    fn send(&self, body: node_message::Body) {
+        if let Some(c) = &self.conn {
+            let _ = c.out.send(msg(body));
+        }
+    }
+
+    /// Attempts whose lease the node still holds, including finished ones awaiting an ack.
+    fn held(&self) -> Vec<AttemptRef> {
+        let mut held: Vec<AttemptRef> = self.running.keys().copied().collect();
+        held.extend(self.outbox.values().filter_map(|r| r.attempt));
+        held
+    }
+
+    async fn connect(&mut self) -> Result<(), ConnectFailure> {
+        let channel = self.cfg.coordinator.connect().await.map_err(|e| match e {
+            ClientError::Unreachable { .. } => ConnectFailure::Retry(e.to_string()),
+            other => ConnectFailure::Fatal(NodeError::Config(other.to_string())),
+        })?;
+        let mut client = NodeServiceClient::new(channel);
+        let slots = self.cfg.slots.iter().map(|s| SlotCount { kind: s.kind.clone(), slots: s.slots }).collect();
+        let req = RegisterRequest {
+            protocol_version: reprobench_proto::PROTOCOL_VERSION,
+            node_id: self.cfg.node_id.clone(),
+            hostname: hostname(),
+            slots,
+            binary_version: reprobench_proto::BINARY_VERSION.into(),
+        };
+        let classify = |s: tonic::Status| match s.code() {
+            Code::Unauthenticated | Code::FailedPrecondition | Code::InvalidArgument | Code::PermissionDenied => {
+                ConnectFailure::Fatal(NodeError::Refused(s.message().to_string()))
+            }
+            _ => ConnectFailure::Retry(format!("{}: {}", s.code(), s.message())),
+        };
+        let resp = client.register(req).await.map_err(classify)?.into_inner();
+        self.lease_ms = resp.lease_ms.max(100);
+        self.heartbeat_ms = resp.heartbeat_ms.clamp(20, self.lease_ms / 2);
+
+        let (out, rx) = mpsc::unbounded_channel();
+        let free = self.free.iter().map(|(k, n)| SlotCount { kind: k.clone(), slots: if self.draining { 0 } else { *n } }).collect();
+        let hello = Hello {
+            node_id: self.cfg.node_id.clone(),
+            running: self.held(),
+            free,
+            warm_keys: self.warm.iter().cloned().collect(),
+            draining: self.draining,
+        };
+        let _ = out.send(msg(node_message::Body::Hello(hello)));
+        let sent_at = Instant::now();
+        let mut inbound = client.work(UnboundedReceiverStream::new(rx)).await.map_err(classify)?.into_inner();
+        self.generation += 1;
+        let generation = self.generation;
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            let reason = loop {
+                match inbound.message().await {
+                    Ok(Some(m)) => {
+                        if let Some(body) = m.body {
+                            if events.send(Event::Inbound { generation, body }).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Ok(None) => break "the coordinator closed the stream".to_string(),
+                    Err(s) => break format!("{}: {}", s.code(), error_chain(&s)),
+                }
+            };
+            let _ = events.send(Event::Closed { generation, reason });
+        });
+        self.conn = Some(Connection { generation, out, unanswered: VecDeque::from([sent_at]) });
+        for r in self.outbox.values() {
+            self.send(node_message::Body::Result(r.clone()));
+        }
+        if self.draining {
+            self.send(node_message::Body::Draining(Draining {}));
+        }
+        tracing::info!(node = %self.cfg.node_id, url = %self.cfg.coordinator.url, held = self.running.len() + self.outbox.len(), "connected to the coordinator");
+        Ok(())
+    }
+
+    fn heartbeat(&mut self) {
+        let running = self.held();
+        if let Some(c) = &mut self.conn {
+            c.unanswered.push_back(Instant::now());
+            let _ = c.out.send(msg(node_message::Body::Heartbeat(Heartbeat { running })));
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Done { attempt, end } => self.attempt_done(attempt, end),
+            Event::Closed { generation, reason } => {
+                if self.conn.as_ref().is_some_and(|c| c.generation == generation) {
+                    tracing::warn!(%reason, "lost the coordinator; running attempts go on while their leases last");
+                    self.conn = None;
+                }
+            }
+            Event::Inbound { generation, body } => {
+                if self.conn.as_ref().is_some_and(|c| c.generation == generation) {
+                    self.inbound(body);
+                }
+            }
+        }
+    }
+
+    fn inbound(&mut self, body: coordinator_message::Body) {
+        use coordinator_message::Body;
+        match body {
+            Body::Grant(g) => {
+                let Some(attempt) = g.attempt else { return };
+                let free = self.free.get_mut(&g.kind);
+                let (Some(free), Some(exec)) = (free.filter(|f| **f > 0), self.executors.get(&g.kind).cloned()) else {
+                    let reason = format!("no free `{}` slot on {}", g.kind, self.cfg.node_id);
+                    self.send(hand_back(attempt, reason));
+                    return;
+                };
+                *free -= 1;
+                let cancel = CancellationToken::new();
+                let local_deadline = Instant::now() + Duration::from_millis(g.lease_ms.max(self.lease_ms));
+                self.running.insert(attempt, RunningAttempt { kind: g.kind.clone(), cancel: cancel.clone(), local_deadline, hand_back: false });
+                self.warm.insert(g.affinity_key.clone());
+                tracing::debug!(task = attempt.task_id, epoch = attempt.epoch, instance = %g.instance_id, "granted");
+                let spec = AttemptSpec {
+                    attempt,
+                    run_id: g.run_id,
+                    agent: g.agent,
+                    variant: g.variant,
+                    instance_id: g.instance_id,
+                    affinity_key: g.affinity_key,
+                    payload_json: g.payload_json,
+                    attempt_number: g.attempt_number,
+                };
+                let ctx = AttemptContext { cancel, progress: self.progress_tx.clone() };
+                let events = self.events_tx.clone();
+                tokio::spawn(async move {
+                    let end = exec.run(spec, ctx).await;
+                    let _ = events.send(Event::Done { attempt, end });
+                });
+            }
+            Body::Renewal(r) => {
+                let sent_at = self.conn.as_mut().and_then(|c| c.unanswered.pop_front()).unwrap_or_else(Instant::now);
+                let deadline = sent_at + Duration::from_millis(r.lease_ms);
+                for a in r.renewed {
+                    if let Some(run) = self.running.get_mut(&a) {
+                        run.local_deadline = run.local_deadline.max(deadline);
+                    }
+                }
+            }
+            Body::Revoke(r) | Body::Cancel(r) => {
+                if let Some(a) = r.attempt {
+                    if let Some(run) = self.running.get(&a) {
+                        tracing::warn!(task = a.task_id, epoch = a.epoch, reason = %r.reason, "attempt stopped by the coordinator");
+                        run.cancel.cancel();
+                    }
+                }
+            }
+            Body::ResultAck(ack) => {
+                if let Some(a) = ack.attempt {
+                    self.outbox.remove(&(a.task_id, a.epoch));
+                    if !ack.accepted {
+                        tracing::warn!(task = a.task_id, epoch = a.epoch, reason = %ack.reason, "result refused");
+                    }
+                }
+            }
+            Body::Drain(d) => self.start_drain(&d.reason),
+        }
+    }
+
+    fn attempt_done(&mut self, attempt: AttemptRef, end: AttemptEnd) {
+        let Some(run) = self.running.remove(&attempt) else { return };
+        *self.free.entry(run.kind.clone()).or_insert(0) += 1;
+        match end {
+            AttemptEnd::Finished(outcome) => self.deliver(attempt, outcome),
+            AttemptEnd::Cancelled if run.hand_back => {
+                self.send(hand_back(attempt, "node draining".into()));
+            }
+            AttemptEnd::Cancelled => {}
+        }
+        if !self.draining {
+            self.send(node_message::Body::Credit(Credit { kind: run.kind, slots: 1 }));
+        }
+    }
+
+    fn deliver(&mut self, attempt: AttemptRef, outcome: Outcome) {
+        let result = AttemptResult { attempt: Some(attempt), outcome: Some(outcome) };
+        self.outbox.insert((attempt.task_id, attempt.epoch), result.clone());
+        self.send(node_message::Body::Result(result));
+    }
+
+    /// Stops attempts whose lease ran out without renewal: the coordinator may have given them to another node.
+    fn check_local_leases(&mut self, now: Instant) {
+        for (a, run) in &self.running {
+            if now >= run.local_deadline && !run.cancel.is_cancelled() {
+                tracing::warn!(task = a.task_id, epoch = a.epoch, "lease ran out without renewal; stopping the attempt");
+                run.cancel.cancel();
+            }
+        }
+    }
+
+    fn start_drain(&mut self, reason: &str) {
+        if self.draining {
+            return;
+        }
+        tracing::info!(%reason, running = self.running.len(), "draining: finishing running attempts, taking no new ones");
+        self.draining = true;
+        self.drain_deadline.get_or_insert(Instant::now() + self.cfg.drain_timeout);
+        self.send(node_message::Body::Draining(Draining {}));
+    }
+
+    fn hand_back_all(&mut self) {
+        for run in self.running.values_mut() {
+            if !run.hand_back {
+                run.hand_back = true;
+                run.cancel.cancel();
+            }
+        }
+    }
+}
+
+fn hand_back(attempt: AttemptRef, reason: String) -> node_message::Body {
+    node_message::Body::HandBack(HandBack { attempt: Some(attempt), reason })
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into a buffer we own.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "unknown-host".into()
+    }
+}
+
+/// A stop-request channel fed by SIGTERM and SIGINT: the first drains, the second hands work back.
+pub fn stop_signals() -> mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}

@@ -1,0 +1,421 @@
+//! The user side of `RunService`: submit and watch runs with progress, status, cancel, results.
+
+use crate::local::LocalCluster;
+use crate::{CancelArgs, ResultsArgs, ResultsFormat, RunArgs, StatusArgs, Target};
+use anyhow::{Context, Result, anyhow, bail};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use reprobench_coordinator::core::CoreConfig;
+use reprobench_coordinator::store::Store;
+use reprobench_proto::auth::{AuthedChannel, CoordinatorAddress, read_token};
+use reprobench_proto::kind::SlotSpec;
+use reprobench_proto::v1::run_service_client::RunServiceClient;
+use reprobench_proto::v1::*;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+type Client = RunServiceClient<AuthedChannel>;
+
+/// What a finished `run` reports.
+pub struct RunOutcome {
+    /// The run.
+    pub run_id: String,
+}
+
+async fn client(address: &CoordinatorAddress) -> Result<Client> {
+    Ok(RunServiceClient::new(address.connect().await?).max_decoding_message_size(64 << 20))
+}
+
+/// Resolves a client's target to a coordinator address (from --coordinator, or from --data's address file).
+fn address_of(t: &Target) -> Result<CoordinatorAddress> {
+    if let Some(url) = &t.coordinator {
+        let token_file = t.token_file.as_ref().ok_or_else(|| anyhow!("--coordinator needs --token-file"))?;
+        return Ok(CoordinatorAddress { url: url.clone(), token: read_token(token_file)?, tls_ca: t.tls_ca.clone() });
+    }
+    let data = data_dir(t);
+    let url = reprobench_coordinator::served_url(&data).ok_or_else(|| {
+        anyhow!(
+            "no coordinator is serving {}; start one with `reprobench serve --data {}`, or pass --coordinator URL --token-file F",
+            data.display(),
+            data.display()
+        )
+    })?;
+    let token_file = t.token_file.clone().unwrap_or_else(|| data.join(reprobench_coordinator::server::TOKEN_FILE));
+    Ok(CoordinatorAddress { url, token: read_token(&token_file)?, tls_ca: t.tls_ca.clone() })
+}
+
+fn data_dir(t: &Target) -> PathBuf {
+    t.data.clone().unwrap_or_else(|| PathBuf::from(crate::DEFAULT_DATA))
+}
+
+/// Number of live nodes a coordinator sees.
+pub async fn live_nodes(address: &CoordinatorAddress) -> Result<u32> {
+    Ok(client(address).await?.list_runs(ListRunsRequest {}).await?.into_inner().live_nodes)
+}
+
+/// `reprobench run`.
+pub async fn run(a: RunArgs) -> Result<ExitCode> {
+    let sweep = std::fs::read_to_string(&a.sweep)
+        .with_context(|| format!("cannot read the sweep spec {}", a.sweep.display()))?;
+    // Check the spec here too, so a typo is reported before any cluster starts.
+    reprobench_proto::sweep::SweepSpec::from_toml(&sweep).with_context(|| format!("in {}", a.sweep.display()))?;
+    if let Some(n) = a.local_nodes {
+        let data = data_dir(&a.target);
+        run_local(&data, n, &a.node_slots, &sweep, a.new, a.json).await?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let address = address_of(&a.target)?;
+    let mut c = client(&address).await?;
+    let sub = c
+        .submit_run(SubmitRunRequest { sweep_toml: sweep, resume_existing: !a.new })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    if a.detach {
+        if a.json {
+            println!("{}", serde_json::json!({ "run_id": sub.run_id, "tasks": sub.tasks, "resumed": sub.resumed }));
+        } else {
+            println!("{}", sub.run_id);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    note_submitted(&sub, a.json);
+    let started = Instant::now();
+    let summary = tokio::select! {
+        s = watch(&address, &sub.run_id, a.json) => s?,
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("\ninterrupted: run {} goes on in the coordinator; `reprobench status {}` follows it", sub.run_id, sub.run_id);
+            return Ok(ExitCode::from(130));
+        }
+    };
+    let rows = fetch_results(&address, &sub.run_id).await?;
+    report(&summary, &rows, started.elapsed(), sub.resumed, a.json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs a sweep on a fresh local cluster and prints its report.
+pub async fn run_local(data: &Path, nodes: u32, slots: &[SlotSpec], sweep: &str, new: bool, json: bool) -> Result<RunOutcome> {
+    let cluster = LocalCluster::start(data, nodes, slots, CoreConfig::default()).await?;
+    let result = async {
+        let mut c = client(&cluster.address).await?;
+        let sub = c
+            .submit_run(SubmitRunRequest { sweep_toml: sweep.to_string(), resume_existing: !new })
+            .await
+            .map_err(status_error)?
+            .into_inner();
+        note_submitted(&sub, json);
+        let started = Instant::now();
+        let summary = tokio::select! {
+            s = watch(&cluster.address, &sub.run_id, json) => s?,
+            _ = tokio::signal::ctrl_c() => {
+                bail!("interrupted: run {} is saved in {}; run the same command again to resume it", sub.run_id, data.display());
+            }
+        };
+        let rows = fetch_results(&cluster.address, &sub.run_id).await?;
+        report(&summary, &rows, started.elapsed(), sub.resumed, json);
+        Ok(RunOutcome { run_id: sub.run_id })
+    }
+    .await;
+    cluster.stop().await;
+    result
+}
+
+fn note_submitted(sub: &SubmitRunResponse, json: bool) {
+    if !json {
+        let verb = if sub.resumed { "resuming" } else { "submitted" };
+        eprintln!("{verb} run {} ({} tasks)", sub.run_id, sub.tasks);
+    }
+}
+
+fn status_error(s: tonic::Status) -> anyhow::Error {
+    anyhow!("{}", s.message())
+}
+
+/// Follows a run until it ends, drawing progress on stderr; reconnects if the coordinator restarts.
+pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> Result<RunSummary> {
+    let bars = MultiProgress::with_draw_target(if quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() });
+    let overall = bars.add(ProgressBar::new(0));
+    overall.set_style(
+        ProgressStyle::with_template("{prefix:>8} [{bar:32}] {pos}/{len} {msg} ETA {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    overall.set_prefix("tasks");
+    let mut node_bars: HashMap<String, ProgressBar> = HashMap::new();
+    let node_style = ProgressStyle::with_template("{prefix:>8} {msg}").expect("static template");
+    let mut failures = 0u32;
+    loop {
+        let stream = match client(address).await {
+            Ok(mut c) => c.watch_run(WatchRunRequest { run_id: run_id.to_string() }).await,
+            Err(e) => Err(tonic::Status::unavailable(e.to_string())),
+        };
+        let mut stream = match stream {
+            Ok(s) => s.into_inner(),
+            Err(s) if s.code() == tonic::Code::NotFound || s.code() == tonic::Code::Unauthenticated => bail!("{}", s.message()),
+            Err(s) => {
+                failures += 1;
+                if failures > 120 {
+                    bail!("lost the coordinator for good: {}", s.message());
+                }
+                overall.set_message(format!("(coordinator unreachable, retrying: {})", s.message()));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(p)) => {
+                    failures = 0;
+                    let Some(s) = p.run.clone() else { continue };
+                    let done = s.succeeded + s.failed + s.errored + s.cancelled;
+                    overall.set_length(s.tasks);
+                    overall.set_position(done);
+                    let finished = s.succeeded + s.failed + s.errored;
+                    let rate = if finished > 0 { 100.0 * s.succeeded as f64 / finished as f64 } else { 0.0 };
+                    overall.set_message(format!(
+                        "ok {} fail {} err {} | success {rate:.1}% | running {}",
+                        s.succeeded, s.failed, s.errored, s.running
+                    ));
+                    for n in &p.nodes {
+                        let bar = node_bars.entry(n.node_id.clone()).or_insert_with(|| {
+                            let b = bars.add(ProgressBar::new_spinner());
+                            b.set_style(node_style.clone());
+                            b.set_prefix("node");
+                            b
+                        });
+                        let state = if n.live { "live" } else { "gone" };
+                        bar.set_message(format!("{} [{state}] running {}/{} · delivered {}", n.node_id, n.running, n.slots, n.finished));
+                    }
+                    if s.state != "running" {
+                        overall.finish();
+                        for b in node_bars.values() {
+                            b.finish();
+                        }
+                        return Ok(s);
+                    }
+                }
+                Ok(None) => {
+                    // The coordinator closes the stream when the run ends; confirm by listing.
+                    if let Some(s) = find_run(address, run_id).await.ok().flatten() {
+                        if s.state != "running" {
+                            overall.finish();
+                            return Ok(s);
+                        }
+                    }
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn find_run(address: &CoordinatorAddress, run_id: &str) -> Result<Option<RunSummary>> {
+    let runs = client(address).await?.list_runs(ListRunsRequest {}).await?.into_inner().runs;
+    Ok(runs.into_iter().find(|r| r.run_id == run_id))
+}
+
+async fn fetch_results(address: &CoordinatorAddress, run_id: &str) -> Result<Vec<ResultRow>> {
+    let mut stream = client(address)
+        .await?
+        .export_results(ExportResultsRequest { run_id: run_id.to_string() })
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    let mut rows = Vec::new();
+    while let Some(r) = stream.message().await.map_err(status_error)? {
+        rows.push(r);
+    }
+    Ok(rows)
+}
+
+fn report(s: &RunSummary, rows: &[ResultRow], elapsed: Duration, resumed: bool, json: bool) {
+    if json {
+        let v = serde_json::json!({
+            "run_id": s.run_id,
+            "sweep": s.name,
+            "state": s.state,
+            "tasks": s.tasks,
+            "succeeded": s.succeeded,
+            "failed": s.failed,
+            "errored": s.errored,
+            "cancelled": s.cancelled,
+            "retried_attempts": s.retried_attempts,
+            "result_rows": rows.len(),
+            "resumed": resumed,
+            "wall_s": elapsed.as_secs_f64(),
+        });
+        println!("{v}");
+        return;
+    }
+    println!(
+        "run {} {}: {} tasks, {} succeeded, {} failed, {} errored, {} cancelled ({} attempts retried) in {:.1}s",
+        s.run_id,
+        s.state,
+        s.tasks,
+        s.succeeded,
+        s.failed,
+        s.errored,
+        s.cancelled,
+        s.retried_attempts,
+        elapsed.as_secs_f64()
+    );
+    if rows.iter().any(|r| r.track == "synthetic") {
+        println!("(synthetic tasks: simulated work for exercising the cluster; no agent or model ran)");
+    }
+    println!();
+    print!("{}", reprobench_analysis::render_summary(&reprobench_analysis::summarize(rows)));
+}
+
+/// `reprobench status`.
+pub async fn status(a: StatusArgs) -> Result<()> {
+    let summaries = if a.target.coordinator.is_some() {
+        let address = address_of(&a.target)?;
+        client(&address).await?.list_runs(ListRunsRequest {}).await.map_err(status_error)?.into_inner().runs
+    } else {
+        let store = Store::open_read_only(&data_dir(&a.target))?;
+        store.run_summaries()?
+    };
+    let selected: Vec<&RunSummary> = match &a.run {
+        Some(id) => {
+            let s = summaries.iter().find(|s| &s.run_id == id).ok_or_else(|| {
+                anyhow!("no run `{id}`; `reprobench status` without a run id lists them")
+            })?;
+            vec![s]
+        }
+        None => summaries.iter().collect(),
+    };
+    let attempts = if a.attempts {
+        let run = a.run.as_deref().expect("clap requires RUN with --attempts");
+        if a.target.coordinator.is_some() {
+            bail!("--attempts reads the store: pass --data DIR on the coordinator's machine");
+        }
+        Some(Store::open_read_only(&data_dir(&a.target))?.attempts(run)?)
+    } else {
+        None
+    };
+    if a.json {
+        let runs: Vec<serde_json::Value> = selected.iter().map(|s| summary_json(s)).collect();
+        let mut v = if a.run.is_some() { runs[0].clone() } else { serde_json::json!({ "runs": runs }) };
+        if let Some(att) = attempts {
+            v["attempts"] = serde_json::to_value(att)?;
+        }
+        println!("{v}");
+        return Ok(());
+    }
+    if selected.is_empty() {
+        println!("no runs yet; start one with `reprobench run SWEEP.toml --local-nodes 2` or `reprobench quickstart`");
+    }
+    for s in &selected {
+        println!(
+            "{}  {:<9} {:<20} tasks {:>6}  pending {:>6}  running {:>4}  ok {:>6}  fail {:>6}  err {:>4}  cancelled {:>5}  retried {:>4}",
+            s.run_id, s.state, s.name, s.tasks, s.pending, s.running, s.succeeded, s.failed, s.errored, s.cancelled, s.retried_attempts
+        );
+    }
+    if let Some(att) = attempts {
+        println!("\n{:>8} {:<18} {:>5} {:<22} {:<14} reason", "task", "instance", "epoch", "node", "status");
+        for r in att {
+            let late = if r.late_result_rejected_at_ms.is_some() { " (late result rejected)" } else { "" };
+            println!(
+                "{:>8} {:<18} {:>5} {:<22} {:<14} {}{late}",
+                r.task_id,
+                r.instance_id,
+                r.epoch,
+                r.node_id,
+                r.status,
+                r.reason.unwrap_or_default()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn summary_json(s: &RunSummary) -> serde_json::Value {
+    serde_json::json!({
+        "run_id": s.run_id, "sweep": s.name, "state": s.state, "tasks": s.tasks, "pending": s.pending,
+        "running": s.running, "succeeded": s.succeeded, "failed": s.failed, "errored": s.errored,
+        "cancelled": s.cancelled, "retried_attempts": s.retried_attempts,
+        "created_at_ms": s.created_at_ms, "finished_at_ms": s.finished_at_ms,
+    })
+}
+
+/// `reprobench cancel`.
+pub async fn cancel(a: CancelArgs) -> Result<()> {
+    let address = address_of(&a.target)?;
+    let n = client(&address)
+        .await?
+        .cancel_run(CancelRunRequest { run_id: a.run.clone() })
+        .await
+        .map_err(status_error)?
+        .into_inner()
+        .cancelled_tasks;
+    println!("cancelled run {} ({n} unfinished tasks withdrawn)", a.run);
+    Ok(())
+}
+
+/// `reprobench results`.
+pub async fn results(a: ResultsArgs) -> Result<()> {
+    let rows = if a.target.coordinator.is_some() {
+        fetch_results(&address_of(&a.target)?, &a.run).await?
+    } else {
+        let store = Store::open_read_only(&data_dir(&a.target))?;
+        if store.sweep_toml(&a.run)?.is_none() {
+            bail!("no run `{}` in {}; `reprobench status` lists the runs", a.run, data_dir(&a.target).display());
+        }
+        store.results(&a.run)?
+    };
+    let mut out: Box<dyn Write> = match &a.out {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
+    };
+    match a.format {
+        ResultsFormat::Jsonl => {
+            for r in &rows {
+                serde_json::to_writer(&mut out, r)?;
+                out.write_all(b"\n")?;
+            }
+        }
+        ResultsFormat::Csv => {
+            let mut w = csv::Writer::from_writer(&mut out);
+            for r in &rows {
+                w.serialize(r)?;
+            }
+            if rows.is_empty() {
+                w.write_record(RESULT_COLUMNS)?;
+            }
+            w.flush()?;
+        }
+    }
+    out.flush()?;
+    if let Some(path) = &a.out {
+        eprintln!("wrote {} result rows to {}", rows.len(), path.display());
+    }
+    Ok(())
+}
+
+/// The results schema's columns, in order (DESIGN.md).
+pub const RESULT_COLUMNS: &[&str] = &[
+    "run_id", "sweep", "track", "dataset", "instance_id", "repo_or_app", "bug_type", "agent", "variant", "backbone",
+    "repeat", "success", "verdict", "error_class", "attempts", "llm_calls", "tokens_in", "tokens_out", "tokens_cached",
+    "cost_usd", "wall_s", "actions", "trace_len", "ground_truth_actions", "feedback_iterations",
+    "localized_files_correct", "started_at", "finished_at", "node_id", "artifact_path",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::RESULT_COLUMNS;
+
+    #[test]
+    fn csv_header_is_the_results_schema_in_order() {
+        let row = reprobench_proto::v1::ResultRow::default();
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.serialize(&row).unwrap();
+        let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
+        assert_eq!(text.lines().next().unwrap(), RESULT_COLUMNS.join(","));
+    }
+}

@@ -1,0 +1,158 @@
+//! A real cluster on this machine: an embedded coordinator on loopback and N `reprobench node`
+//! processes of this same binary. `run --local-nodes`, `quickstart` and the benchmarks use it.
+
+use anyhow::{Context, Result, bail};
+use reprobench_coordinator::core::CoreConfig;
+use reprobench_coordinator::{Coordinator, ServeConfig};
+use reprobench_proto::auth::CoordinatorAddress;
+use reprobench_proto::kind::SlotSpec;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// An embedded coordinator and its node processes.
+pub struct LocalCluster {
+    coordinator: Option<Coordinator>,
+    nodes: Vec<Child>,
+    /// How clients reach the coordinator.
+    pub address: CoordinatorAddress,
+    /// Where node logs go.
+    pub log_dir: PathBuf,
+}
+
+impl LocalCluster {
+    /// Starts the coordinator on `data_dir` and `nodes` node processes with `slots` each.
+    pub async fn start(data_dir: &Path, nodes: u32, slots: &[SlotSpec], core: CoreConfig) -> Result<LocalCluster> {
+        if nodes == 0 {
+            bail!("--local-nodes must be at least 1");
+        }
+        let cfg = ServeConfig {
+            data_dir: data_dir.to_path_buf(),
+            listen: "127.0.0.1:0".parse().expect("literal address"),
+            token_file: None,
+            tls: None,
+            core,
+        };
+        let coordinator = reprobench_coordinator::start(cfg).await.context("starting the embedded coordinator")?;
+        let url = format!("http://{}", coordinator.addr);
+        let log_dir = data_dir.join("logs");
+        std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+        let exe = std::env::current_exe().context("finding this binary to start node processes")?;
+        let mut children = Vec::new();
+        let session = reprobench_coordinator::random_hex(2);
+        for i in 0..nodes {
+            let log_path = log_dir.join(format!("node-{i}.log"));
+            let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+            let mut cmd = std::process::Command::new(&exe);
+            cmd.arg("node")
+                .arg("--coordinator")
+                .arg(&url)
+                .arg("--token-file")
+                .arg(&coordinator.token_file)
+                .arg("--name")
+                .arg(format!("local-{i}-{session}"))
+                .arg("--drain-timeout-s")
+                .arg("5");
+            for s in slots {
+                cmd.arg("--slots").arg(format!("{}={}", s.kind, s.slots));
+            }
+            cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+            // SAFETY: prctl is async-signal-safe; the node dies with its parent instead of lingering.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                    Ok(())
+                });
+            }
+            children.push(cmd.spawn().context("starting a node process")?);
+        }
+        let address = CoordinatorAddress { url, token: coordinator.token.clone(), tls_ca: None };
+        Ok(LocalCluster { coordinator: Some(coordinator), nodes: children, address, log_dir })
+    }
+
+    /// Waits until `n` nodes are live (polls the coordinator with a deadline).
+    pub async fn wait_for_nodes(&mut self, n: u32, within: Duration) -> Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let live = crate::client::live_nodes(&self.address).await.unwrap_or(0);
+            if live >= n {
+                return Ok(());
+            }
+            for child in &mut self.nodes {
+                if let Ok(Some(status)) = child.try_wait() {
+                    bail!("a node process exited early ({status}); see the logs in {}", self.log_dir.display());
+                }
+            }
+            if Instant::now() >= deadline {
+                bail!("only {live} of {n} nodes joined within {within:?}; see the logs in {}", self.log_dir.display());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops the nodes (SIGTERM, then SIGKILL after a grace period) and the coordinator.
+    pub async fn stop(mut self) {
+        self.stop_nodes().await;
+        if let Some(c) = self.coordinator.take() {
+            c.shutdown().await;
+        }
+    }
+
+    async fn stop_nodes(&mut self) {
+        for child in &self.nodes {
+            // SAFETY: signalling a child process we started and have not reaped.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for child in &mut self.nodes {
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.nodes.clear();
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for child in &mut self.nodes {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `reprobench quickstart`: a synthetic sweep on a local cluster, with the summary table.
+pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
+    let sweep = r#"
+name = "quickstart"
+datasets = ["synthetic:120:40"]
+repeats = 2
+seed = 7
+[[agents]]
+name = "synthetic"
+"#;
+    if !json {
+        eprintln!(
+            "quickstart: a synthetic sweep (120 instances × 2 repeats, ~40 ms each) on a local cluster of {nodes} node processes.\n\
+             Synthetic tasks run no agent and no model: they exercise the cluster. Data: {}\n",
+            data.display()
+        );
+    }
+    let slots = vec![SlotSpec { kind: "synthetic".into(), slots: 2 }];
+    let outcome = crate::client::run_local(data, nodes, &slots, sweep, false, json).await?;
+    if !json {
+        println!(
+            "\nNext: `reprobench results {} --data {} --format csv`, or write your own sweep and `reprobench run SWEEP.toml --local-nodes 2`.",
+            outcome.run_id,
+            data.display()
+        );
+    }
+    Ok(())
+}
