@@ -61,16 +61,34 @@ pub async fn scheduler(a: SchedulerBenchArgs) -> Result<()> {
         "heterogeneous load: synthetic:{}:{} on {} nodes × {} slots (synthetic tasks: timed sleeps, no agent runs)",
         a.tasks, a.mean_ms, a.nodes, a.slots
     ));
-    let ours = makespan(&a, Policy::AffinityStealing).await.context("heterogeneous load, affinity + stealing")?;
-    say(format!("  affinity + stealing:  makespan {:.2}s, lower bound {:.2}s", ours.wall_s, ours.lower_bound_s));
-    let base = makespan(&a, Policy::StaticRoundRobin).await.context("heterogeneous load, static round-robin")?;
-    say(format!("  static round-robin:   makespan {:.2}s, lower bound {:.2}s", base.wall_s, base.lower_bound_s));
+    let ours = makespan(&a, Policy::AffinityStealing)
+        .await
+        .context("heterogeneous load, affinity + stealing")?;
+    say(format!(
+        "  affinity + stealing:  makespan {:.2}s, lower bound {:.2}s",
+        ours.wall_s, ours.lower_bound_s
+    ));
+    let base = makespan(&a, Policy::StaticRoundRobin)
+        .await
+        .context("heterogeneous load, static round-robin")?;
+    say(format!(
+        "  static round-robin:   makespan {:.2}s, lower bound {:.2}s",
+        base.wall_s, base.lower_bound_s
+    ));
 
-    say(format!("dispatch: {} zero-duration tasks through 2 nodes × 64 slots", a.dispatch_tasks));
+    say(format!(
+        "dispatch: {} zero-duration tasks through 2 nodes × 64 slots",
+        a.dispatch_tasks
+    ));
     let (dispatch_per_s, submit_s) = dispatch(&a).await.context("dispatch benchmark")?;
-    say(format!("  {dispatch_per_s:.0} tasks/s (submitting them took {submit_s:.2}s)"));
+    say(format!(
+        "  {dispatch_per_s:.0} tasks/s (submitting them took {submit_s:.2}s)"
+    ));
 
-    say(format!("simulation: {} nodes × 2 slots, {} tasks, mean 100 ms", a.sim_nodes, a.sim_tasks));
+    say(format!(
+        "simulation: {} nodes × 2 slots, {} tasks, mean 100 ms",
+        a.sim_nodes, a.sim_tasks
+    ));
     let sim_cfg = SimConfig {
         nodes: a.sim_nodes,
         slots_per_node: 2,
@@ -84,10 +102,17 @@ pub async fn scheduler(a: SchedulerBenchArgs) -> Result<()> {
     let cpu0 = thread_cpu_s();
     let sim = simulate(&sim_cfg);
     let sim_cpu_s = thread_cpu_s() - cpu0;
-    let sim_static = simulate(&SimConfig { policy: Policy::StaticRoundRobin, ..sim_cfg.clone() });
+    let sim_static = simulate(&SimConfig {
+        policy: Policy::StaticRoundRobin,
+        ..sim_cfg.clone()
+    });
     say(format!(
         "  makespan ratio {:.3} (static {:.3}); scheduler {:.2} µs per task; whole simulation {:.2}s CPU; {} steals",
-        sim.makespan_ratio, sim_static.makespan_ratio, sim.scheduler_us_per_task, sim_cpu_s, sim.steals
+        sim.makespan_ratio,
+        sim_static.makespan_ratio,
+        sim.scheduler_us_per_task,
+        sim_cpu_s,
+        sim.steals
     ));
     let v = serde_json::json!({
         "makespan_ratio": ours.wall_s / ours.lower_bound_s,
@@ -115,7 +140,9 @@ pub async fn scheduler(a: SchedulerBenchArgs) -> Result<()> {
 }
 
 fn sweep(name: &str, dataset: &str, seed: u64) -> String {
-    format!("name = \"{name}\"\ndatasets = [\"{dataset}\"]\nseed = {seed}\n[[agents]]\nname = \"synthetic\"\n")
+    format!(
+        "name = \"{name}\"\ndatasets = [\"{dataset}\"]\nseed = {seed}\n[[agents]]\nname = \"synthetic\"\n"
+    )
 }
 
 async fn makespan(a: &SchedulerBenchArgs, policy: Policy) -> Result<Makespan> {
@@ -128,14 +155,31 @@ async fn makespan(a: &SchedulerBenchArgs, policy: Policy) -> Result<Makespan> {
         .map(|i| i.duration_ms as f64 / 1000.0)
         .collect();
     let slots = f64::from(a.nodes * a.slots);
-    let lower_bound_s = (durations.iter().sum::<f64>() / slots).max(durations.iter().copied().fold(0.0, f64::max));
-    let wall_s = timed_run(a.nodes, a.slots, policy, &sweep("bench-makespan", &dataset, a.seed)).await?.0;
-    Ok(Makespan { wall_s, lower_bound_s })
+    let lower_bound_s =
+        (durations.iter().sum::<f64>() / slots).max(durations.iter().copied().fold(0.0, f64::max));
+    let wall_s = timed_run(
+        a.nodes,
+        a.slots,
+        policy,
+        &sweep("bench-makespan", &dataset, a.seed),
+    )
+    .await?
+    .0;
+    Ok(Makespan {
+        wall_s,
+        lower_bound_s,
+    })
 }
 
 async fn dispatch(a: &SchedulerBenchArgs) -> Result<(f64, f64)> {
     let dataset = format!("synthetic:{}:0", a.dispatch_tasks);
-    let (wall_s, submit_s) = timed_run(2, 64, Policy::AffinityStealing, &sweep("bench-dispatch", &dataset, a.seed)).await?;
+    let (wall_s, submit_s) = timed_run(
+        2,
+        64,
+        Policy::AffinityStealing,
+        &sweep("bench-dispatch", &dataset, a.seed),
+    )
+    .await?;
     Ok((f64::from(a.dispatch_tasks) / wall_s, submit_s))
 }
 
@@ -143,17 +187,36 @@ async fn dispatch(a: &SchedulerBenchArgs) -> Result<(f64, f64)> {
 /// Returns (seconds from accepted submission to the run's end, seconds the submission took).
 async fn timed_run(nodes: u32, slots: u32, policy: Policy, sweep: &str) -> Result<(f64, f64)> {
     let dir = tempdir()?;
-    let core = CoreConfig { policy, ..CoreConfig::default() };
-    let spec = [SlotSpec { kind: "synthetic".into(), slots }];
+    let core = CoreConfig {
+        policy,
+        ..CoreConfig::default()
+    };
+    let spec = [SlotSpec {
+        kind: "synthetic".into(),
+        slots,
+    }];
     let mut cluster = LocalCluster::start(&dir, nodes, &spec, core).await?;
     let result = async {
-        cluster.wait_for_nodes(nodes, Duration::from_secs(30)).await?;
+        cluster
+            .wait_for_nodes(nodes, Duration::from_secs(30))
+            .await?;
         let mut c = RunServiceClient::new(cluster.address.connect().await?);
         let t0 = Instant::now();
-        let sub = c.submit_run(SubmitRunRequest { sweep_toml: sweep.into(), resume_existing: false }).await?.into_inner();
+        let sub = c
+            .submit_run(SubmitRunRequest {
+                sweep_toml: sweep.into(),
+                resume_existing: false,
+            })
+            .await?
+            .into_inner();
         let submit_s = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
-        let mut stream = c.watch_run(WatchRunRequest { run_id: sub.run_id.clone() }).await?.into_inner();
+        let mut stream = c
+            .watch_run(WatchRunRequest {
+                run_id: sub.run_id.clone(),
+            })
+            .await?
+            .into_inner();
         while let Some(p) = stream.message().await? {
             if p.run.is_some_and(|r| r.state != "running") {
                 break;
@@ -161,8 +224,15 @@ async fn timed_run(nodes: u32, slots: u32, policy: Policy, sweep: &str) -> Resul
         }
         let wall = t1.elapsed().as_secs_f64();
         let runs = c.list_runs(ListRunsRequest {}).await?.into_inner().runs;
-        let run = runs.iter().find(|r| r.run_id == sub.run_id).context("the run vanished")?;
-        anyhow::ensure!(run.state == "finished", "benchmark run ended as {}", run.state);
+        let run = runs
+            .iter()
+            .find(|r| r.run_id == sub.run_id)
+            .context("the run vanished")?;
+        anyhow::ensure!(
+            run.state == "finished",
+            "benchmark run ended as {}",
+            run.state
+        );
         Ok::<_, anyhow::Error>((wall, submit_s))
     }
     .await;
@@ -172,13 +242,19 @@ async fn timed_run(nodes: u32, slots: u32, policy: Policy, sweep: &str) -> Resul
 }
 
 fn tempdir() -> Result<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("reprobench-bench-{}", reprobench_coordinator::random_hex(6)));
+    let dir = std::env::temp_dir().join(format!(
+        "reprobench-bench-{}",
+        reprobench_coordinator::random_hex(6)
+    ));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
 }
 
 fn thread_cpu_s() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we pass.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9

@@ -31,8 +31,15 @@ async fn client(address: &CoordinatorAddress) -> Result<Client> {
 /// Resolves a client's target to a coordinator address (from --coordinator, or from --data's address file).
 fn address_of(t: &Target) -> Result<CoordinatorAddress> {
     if let Some(url) = &t.coordinator {
-        let token_file = t.token_file.as_ref().ok_or_else(|| anyhow!("--coordinator needs --token-file"))?;
-        return Ok(CoordinatorAddress { url: url.clone(), token: read_token(token_file)?, tls_ca: t.tls_ca.clone() });
+        let token_file = t
+            .token_file
+            .as_ref()
+            .ok_or_else(|| anyhow!("--coordinator needs --token-file"))?;
+        return Ok(CoordinatorAddress {
+            url: url.clone(),
+            token: read_token(token_file)?,
+            tls_ca: t.tls_ca.clone(),
+        });
     }
     let data = data_dir(t);
     let url = reprobench_coordinator::served_url(&data).ok_or_else(|| {
@@ -42,17 +49,31 @@ fn address_of(t: &Target) -> Result<CoordinatorAddress> {
             data.display()
         )
     })?;
-    let token_file = t.token_file.clone().unwrap_or_else(|| data.join(reprobench_coordinator::server::TOKEN_FILE));
-    Ok(CoordinatorAddress { url, token: read_token(&token_file)?, tls_ca: t.tls_ca.clone() })
+    let token_file = t
+        .token_file
+        .clone()
+        .unwrap_or_else(|| data.join(reprobench_coordinator::server::TOKEN_FILE));
+    Ok(CoordinatorAddress {
+        url,
+        token: read_token(&token_file)?,
+        tls_ca: t.tls_ca.clone(),
+    })
 }
 
 fn data_dir(t: &Target) -> PathBuf {
-    t.data.clone().unwrap_or_else(|| PathBuf::from(crate::DEFAULT_DATA))
+    t.data
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(crate::DEFAULT_DATA))
 }
 
 /// Number of live nodes a coordinator sees.
 pub async fn live_nodes(address: &CoordinatorAddress) -> Result<u32> {
-    Ok(client(address).await?.list_runs(ListRunsRequest {}).await?.into_inner().live_nodes)
+    Ok(client(address)
+        .await?
+        .list_runs(ListRunsRequest {})
+        .await?
+        .into_inner()
+        .live_nodes)
 }
 
 /// `reprobench run`.
@@ -60,7 +81,8 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let sweep = std::fs::read_to_string(&a.sweep)
         .with_context(|| format!("cannot read the sweep spec {}", a.sweep.display()))?;
     // Check the spec here too, so a typo is reported before any cluster starts.
-    reprobench_proto::sweep::SweepSpec::from_toml(&sweep).with_context(|| format!("in {}", a.sweep.display()))?;
+    reprobench_proto::sweep::SweepSpec::from_toml(&sweep)
+        .with_context(|| format!("in {}", a.sweep.display()))?;
     if let Some(n) = a.local_nodes {
         let data = data_dir(&a.target);
         run_local(&data, n, &a.node_slots, &sweep, a.new, a.json).await?;
@@ -69,13 +91,19 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let address = address_of(&a.target)?;
     let mut c = client(&address).await?;
     let sub = c
-        .submit_run(SubmitRunRequest { sweep_toml: sweep, resume_existing: !a.new })
+        .submit_run(SubmitRunRequest {
+            sweep_toml: sweep,
+            resume_existing: !a.new,
+        })
         .await
         .map_err(status_error)?
         .into_inner();
     if a.detach {
         if a.json {
-            println!("{}", serde_json::json!({ "run_id": sub.run_id, "tasks": sub.tasks, "resumed": sub.resumed }));
+            println!(
+                "{}",
+                serde_json::json!({ "run_id": sub.run_id, "tasks": sub.tasks, "resumed": sub.resumed })
+            );
         } else {
             println!("{}", sub.run_id);
         }
@@ -96,7 +124,14 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
 }
 
 /// Runs a sweep on a fresh local cluster and prints its report.
-pub async fn run_local(data: &Path, nodes: u32, slots: &[SlotSpec], sweep: &str, new: bool, json: bool) -> Result<RunOutcome> {
+pub async fn run_local(
+    data: &Path,
+    nodes: u32,
+    slots: &[SlotSpec],
+    sweep: &str,
+    new: bool,
+    json: bool,
+) -> Result<RunOutcome> {
     let cluster = LocalCluster::start(data, nodes, slots, CoreConfig::default()).await?;
     let result = async {
         let mut c = client(&cluster.address).await?;
@@ -135,7 +170,11 @@ fn status_error(s: tonic::Status) -> anyhow::Error {
 
 /// Follows a run until it ends, drawing progress on stderr; reconnects if the coordinator restarts.
 pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> Result<RunSummary> {
-    let bars = MultiProgress::with_draw_target(if quiet { ProgressDrawTarget::hidden() } else { ProgressDrawTarget::stderr() });
+    let bars = MultiProgress::with_draw_target(if quiet {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    });
     let overall = bars.add(ProgressBar::new(0));
     overall.set_style(
         ProgressStyle::with_template("{prefix:>8} [{bar:32}] {pos}/{len} {msg} ETA {eta}")
@@ -148,18 +187,31 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
     let mut failures = 0u32;
     loop {
         let stream = match client(address).await {
-            Ok(mut c) => c.watch_run(WatchRunRequest { run_id: run_id.to_string() }).await,
+            Ok(mut c) => {
+                c.watch_run(WatchRunRequest {
+                    run_id: run_id.to_string(),
+                })
+                .await
+            }
             Err(e) => Err(tonic::Status::unavailable(e.to_string())),
         };
         let mut stream = match stream {
             Ok(s) => s.into_inner(),
-            Err(s) if s.code() == tonic::Code::NotFound || s.code() == tonic::Code::Unauthenticated => bail!("{}", s.message()),
+            Err(s)
+                if s.code() == tonic::Code::NotFound
+                    || s.code() == tonic::Code::Unauthenticated =>
+            {
+                bail!("{}", s.message())
+            }
             Err(s) => {
                 failures += 1;
                 if failures > 120 {
                     bail!("lost the coordinator for good: {}", s.message());
                 }
-                overall.set_message(format!("(coordinator unreachable, retrying: {})", s.message()));
+                overall.set_message(format!(
+                    "(coordinator unreachable, retrying: {})",
+                    s.message()
+                ));
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
@@ -173,7 +225,11 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                     overall.set_length(s.tasks);
                     overall.set_position(done);
                     let finished = s.succeeded + s.failed + s.errored;
-                    let rate = if finished > 0 { 100.0 * s.succeeded as f64 / finished as f64 } else { 0.0 };
+                    let rate = if finished > 0 {
+                        100.0 * s.succeeded as f64 / finished as f64
+                    } else {
+                        0.0
+                    };
                     overall.set_message(format!(
                         "ok {} fail {} err {} | success {rate:.1}% | running {}",
                         s.succeeded, s.failed, s.errored, s.running
@@ -186,7 +242,10 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                             b
                         });
                         let state = if n.live { "live" } else { "gone" };
-                        bar.set_message(format!("{} [{state}] running {}/{} · delivered {}", n.node_id, n.running, n.slots, n.finished));
+                        bar.set_message(format!(
+                            "{} [{state}] running {}/{} · delivered {}",
+                            n.node_id, n.running, n.slots, n.finished
+                        ));
                     }
                     if s.state != "running" {
                         overall.finish();
@@ -214,14 +273,21 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
 }
 
 async fn find_run(address: &CoordinatorAddress, run_id: &str) -> Result<Option<RunSummary>> {
-    let runs = client(address).await?.list_runs(ListRunsRequest {}).await?.into_inner().runs;
+    let runs = client(address)
+        .await?
+        .list_runs(ListRunsRequest {})
+        .await?
+        .into_inner()
+        .runs;
     Ok(runs.into_iter().find(|r| r.run_id == run_id))
 }
 
 async fn fetch_results(address: &CoordinatorAddress, run_id: &str) -> Result<Vec<ResultRow>> {
     let mut stream = client(address)
         .await?
-        .export_results(ExportResultsRequest { run_id: run_id.to_string() })
+        .export_results(ExportResultsRequest {
+            run_id: run_id.to_string(),
+        })
         .await
         .map_err(status_error)?
         .into_inner();
@@ -264,17 +330,28 @@ fn report(s: &RunSummary, rows: &[ResultRow], elapsed: Duration, resumed: bool, 
         elapsed.as_secs_f64()
     );
     if rows.iter().any(|r| r.track == "synthetic") {
-        println!("(synthetic tasks: simulated work for exercising the cluster; no agent or model ran)");
+        println!(
+            "(synthetic tasks: simulated work for exercising the cluster; no agent or model ran)"
+        );
     }
     println!();
-    print!("{}", reprobench_analysis::render_summary(&reprobench_analysis::summarize(rows)));
+    print!(
+        "{}",
+        reprobench_analysis::render_summary(&reprobench_analysis::summarize(rows))
+    );
 }
 
 /// `reprobench status`.
 pub async fn status(a: StatusArgs) -> Result<()> {
     let summaries = if a.target.coordinator.is_some() {
         let address = address_of(&a.target)?;
-        client(&address).await?.list_runs(ListRunsRequest {}).await.map_err(status_error)?.into_inner().runs
+        client(&address)
+            .await?
+            .list_runs(ListRunsRequest {})
+            .await
+            .map_err(status_error)?
+            .into_inner()
+            .runs
     } else {
         let store = Store::open_read_only(&data_dir(&a.target))?;
         store.run_summaries()?
@@ -299,7 +376,11 @@ pub async fn status(a: StatusArgs) -> Result<()> {
     };
     if a.json {
         let runs: Vec<serde_json::Value> = selected.iter().map(|s| summary_json(s)).collect();
-        let mut v = if a.run.is_some() { runs[0].clone() } else { serde_json::json!({ "runs": runs }) };
+        let mut v = if a.run.is_some() {
+            runs[0].clone()
+        } else {
+            serde_json::json!({ "runs": runs })
+        };
         if let Some(att) = attempts {
             v["attempts"] = serde_json::to_value(att)?;
         }
@@ -307,18 +388,37 @@ pub async fn status(a: StatusArgs) -> Result<()> {
         return Ok(());
     }
     if selected.is_empty() {
-        println!("no runs yet; start one with `reprobench run SWEEP.toml --local-nodes 2` or `reprobench quickstart`");
+        println!(
+            "no runs yet; start one with `reprobench run SWEEP.toml --local-nodes 2` or `reprobench quickstart`"
+        );
     }
     for s in &selected {
         println!(
             "{}  {:<9} {:<20} tasks {:>6}  pending {:>6}  running {:>4}  ok {:>6}  fail {:>6}  err {:>4}  cancelled {:>5}  retried {:>4}",
-            s.run_id, s.state, s.name, s.tasks, s.pending, s.running, s.succeeded, s.failed, s.errored, s.cancelled, s.retried_attempts
+            s.run_id,
+            s.state,
+            s.name,
+            s.tasks,
+            s.pending,
+            s.running,
+            s.succeeded,
+            s.failed,
+            s.errored,
+            s.cancelled,
+            s.retried_attempts
         );
     }
     if let Some(att) = attempts {
-        println!("\n{:>8} {:<18} {:>5} {:<22} {:<14} reason", "task", "instance", "epoch", "node", "status");
+        println!(
+            "\n{:>8} {:<18} {:>5} {:<22} {:<14} reason",
+            "task", "instance", "epoch", "node", "status"
+        );
         for r in att {
-            let late = if r.late_result_rejected_at_ms.is_some() { " (late result rejected)" } else { "" };
+            let late = if r.late_result_rejected_at_ms.is_some() {
+                " (late result rejected)"
+            } else {
+                ""
+            };
             println!(
                 "{:>8} {:<18} {:>5} {:<22} {:<14} {}{late}",
                 r.task_id,
@@ -347,7 +447,9 @@ pub async fn cancel(a: CancelArgs) -> Result<()> {
     let address = address_of(&a.target)?;
     let n = client(&address)
         .await?
-        .cancel_run(CancelRunRequest { run_id: a.run.clone() })
+        .cancel_run(CancelRunRequest {
+            run_id: a.run.clone(),
+        })
         .await
         .map_err(status_error)?
         .into_inner()
@@ -363,13 +465,18 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
     } else {
         let store = Store::open_read_only(&data_dir(&a.target))?;
         if store.sweep_toml(&a.run)?.is_none() {
-            bail!("no run `{}` in {}; `reprobench status` lists the runs", a.run, data_dir(&a.target).display());
+            bail!(
+                "no run `{}` in {}; `reprobench status` lists the runs",
+                a.run,
+                data_dir(&a.target).display()
+            );
         }
         store.results(&a.run)?
     };
     let mut out: Box<dyn Write> = match &a.out {
         Some(path) => Box::new(std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
         )),
         None => Box::new(std::io::BufWriter::new(std::io::stdout().lock())),
     };
@@ -400,10 +507,36 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
 
 /// The results schema's columns, in order (DESIGN.md).
 pub const RESULT_COLUMNS: &[&str] = &[
-    "run_id", "sweep", "track", "dataset", "instance_id", "repo_or_app", "bug_type", "agent", "variant", "backbone",
-    "repeat", "success", "verdict", "error_class", "attempts", "llm_calls", "tokens_in", "tokens_out", "tokens_cached",
-    "cost_usd", "wall_s", "actions", "trace_len", "ground_truth_actions", "feedback_iterations",
-    "localized_files_correct", "started_at", "finished_at", "node_id", "artifact_path",
+    "run_id",
+    "sweep",
+    "track",
+    "dataset",
+    "instance_id",
+    "repo_or_app",
+    "bug_type",
+    "agent",
+    "variant",
+    "backbone",
+    "repeat",
+    "success",
+    "verdict",
+    "error_class",
+    "attempts",
+    "llm_calls",
+    "tokens_in",
+    "tokens_out",
+    "tokens_cached",
+    "cost_usd",
+    "wall_s",
+    "actions",
+    "trace_len",
+    "ground_truth_actions",
+    "feedback_iterations",
+    "localized_files_correct",
+    "started_at",
+    "finished_at",
+    "node_id",
+    "artifact_path",
 ];
 
 #[cfg(test)]

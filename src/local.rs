@@ -23,7 +23,12 @@ pub struct LocalCluster {
 
 impl LocalCluster {
     /// Starts the coordinator on `data_dir` and `nodes` node processes with `slots` each.
-    pub async fn start(data_dir: &Path, nodes: u32, slots: &[SlotSpec], core: CoreConfig) -> Result<LocalCluster> {
+    pub async fn start(
+        data_dir: &Path,
+        nodes: u32,
+        slots: &[SlotSpec],
+        core: CoreConfig,
+    ) -> Result<LocalCluster> {
         if nodes == 0 {
             bail!("--local-nodes must be at least 1");
         }
@@ -34,16 +39,20 @@ impl LocalCluster {
             tls: None,
             core,
         };
-        let coordinator = reprobench_coordinator::start(cfg).await.context("starting the embedded coordinator")?;
+        let coordinator = reprobench_coordinator::start(cfg)
+            .await
+            .context("starting the embedded coordinator")?;
         let url = format!("http://{}", coordinator.addr);
         let log_dir = data_dir.join("logs");
-        std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+        std::fs::create_dir_all(&log_dir)
+            .with_context(|| format!("creating {}", log_dir.display()))?;
         let exe = std::env::current_exe().context("finding this binary to start node processes")?;
         let mut children = Vec::new();
         let session = reprobench_coordinator::random_hex(2);
         for i in 0..nodes {
             let log_path = log_dir.join(format!("node-{i}.log"));
-            let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+            let log = std::fs::File::create(&log_path)
+                .with_context(|| format!("creating {}", log_path.display()))?;
             let mut cmd = std::process::Command::new(&exe);
             cmd.arg("node")
                 .arg("--coordinator")
@@ -57,7 +66,9 @@ impl LocalCluster {
             for s in slots {
                 cmd.arg("--slots").arg(format!("{}={}", s.kind, s.slots));
             }
-            cmd.stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+            cmd.stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log);
             // SAFETY: prctl is async-signal-safe; the node dies with its parent instead of lingering.
             unsafe {
                 cmd.pre_exec(|| {
@@ -67,8 +78,17 @@ impl LocalCluster {
             }
             children.push(cmd.spawn().context("starting a node process")?);
         }
-        let address = CoordinatorAddress { url, token: coordinator.token.clone(), tls_ca: None };
-        Ok(LocalCluster { coordinator: Some(coordinator), nodes: children, address, log_dir })
+        let address = CoordinatorAddress {
+            url,
+            token: coordinator.token.clone(),
+            tls_ca: None,
+        };
+        Ok(LocalCluster {
+            coordinator: Some(coordinator),
+            nodes: children,
+            address,
+            log_dir,
+        })
     }
 
     /// Waits until `n` nodes are live (polls the coordinator with a deadline).
@@ -81,11 +101,17 @@ impl LocalCluster {
             }
             for child in &mut self.nodes {
                 if let Ok(Some(status)) = child.try_wait() {
-                    bail!("a node process exited early ({status}); see the logs in {}", self.log_dir.display());
+                    bail!(
+                        "a node process exited early ({status}); see the logs in {}",
+                        self.log_dir.display()
+                    );
                 }
             }
             if Instant::now() >= deadline {
-                bail!("only {live} of {n} nodes joined within {within:?}; see the logs in {}", self.log_dir.display());
+                bail!(
+                    "only {live} of {n} nodes joined within {within:?}; see the logs in {}",
+                    self.log_dir.display()
+                );
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -145,7 +171,10 @@ name = "synthetic"
             data.display()
         );
     }
-    let slots = vec![SlotSpec { kind: "synthetic".into(), slots: 2 }];
+    let slots = vec![SlotSpec {
+        kind: "synthetic".into(),
+        slots: 2,
+    }];
     let outcome = crate::client::run_local(data, nodes, &slots, sweep, false, json).await?;
     if !json {
         println!(

@@ -135,7 +135,12 @@ struct RunArgs {
     #[arg(long, value_name = "N", conflicts_with = "coordinator")]
     local_nodes: Option<u32>,
     /// Slots of each local node, repeatable.
-    #[arg(long, value_name = "KIND=N", default_value = "synthetic=2", requires = "local_nodes")]
+    #[arg(
+        long,
+        value_name = "KIND=N",
+        default_value = "synthetic=2",
+        requires = "local_nodes"
+    )]
     node_slots: Vec<SlotSpec>,
     #[command(flatten)]
     target: Target,
@@ -207,7 +212,11 @@ enum BenchWhich {
 fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("REPROBENCH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
 }
 
 fn main() -> std::process::ExitCode {
@@ -220,7 +229,10 @@ fn main() -> std::process::ExitCode {
         Command::Serve(_) | Command::Node(_) => "info",
         _ => quiet_default,
     });
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -264,7 +276,9 @@ async fn serve(a: ServeArgs) -> Result<()> {
             policy: reprobench_coordinator::scheduler::Policy::AffinityStealing,
         },
     };
-    let coordinator = reprobench_coordinator::start(cfg).await.context("starting the coordinator")?;
+    let coordinator = reprobench_coordinator::start(cfg)
+        .await
+        .context("starting the coordinator")?;
     eprintln!(
         "reprobench coordinator listening on {} (data {}, token {})",
         coordinator.addr,
@@ -281,8 +295,18 @@ async fn serve(a: ServeArgs) -> Result<()> {
 async fn node(a: NodeArgs) -> Result<()> {
     let token = reprobench_proto::auth::read_token(&a.token_file)?;
     let cfg = reprobench_agent_node::NodeConfig {
-        coordinator: reprobench_proto::auth::CoordinatorAddress { url: a.coordinator, token, tls_ca: a.tls_ca },
-        node_id: a.name.unwrap_or_else(|| format!("{}-{}", reprobench_agent_node::runtime::hostname(), std::process::id())),
+        coordinator: reprobench_proto::auth::CoordinatorAddress {
+            url: a.coordinator,
+            token,
+            tls_ca: a.tls_ca,
+        },
+        node_id: a.name.unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                reprobench_agent_node::runtime::hostname(),
+                std::process::id()
+            )
+        }),
         slots: a.slots,
         drain_timeout: Duration::from_secs(a.drain_timeout_s),
         max_backoff: Duration::from_secs(5),

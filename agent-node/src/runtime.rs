@@ -9,8 +9,8 @@ use reprobench_proto::auth::{ClientError, CoordinatorAddress, error_chain};
 use reprobench_proto::kind::SlotSpec;
 use reprobench_proto::v1::node_service_client::NodeServiceClient;
 use reprobench_proto::v1::{
-    AttemptProgress, AttemptRef, AttemptResult, Credit, Draining, HandBack, Heartbeat, Hello, NodeMessage,
-    Outcome, RegisterRequest, SlotCount, coordinator_message, node_message,
+    AttemptProgress, AttemptRef, AttemptResult, Credit, Draining, HandBack, Heartbeat, Hello,
+    NodeMessage, Outcome, RegisterRequest, SlotCount, coordinator_message, node_message,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -48,9 +48,18 @@ pub enum NodeError {
 
 /// Events from attempts and from the connection's reader task.
 enum Event {
-    Done { attempt: AttemptRef, end: AttemptEnd },
-    Inbound { generation: u64, body: coordinator_message::Body },
-    Closed { generation: u64, reason: String },
+    Done {
+        attempt: AttemptRef,
+        end: AttemptEnd,
+    },
+    Inbound {
+        generation: u64,
+        body: coordinator_message::Body,
+    },
+    Closed {
+        generation: u64,
+        reason: String,
+    },
 }
 
 struct RunningAttempt {
@@ -92,26 +101,42 @@ fn msg(body: node_message::Body) -> NodeMessage {
 
 /// Runs a node until it is drained (after `shutdown` resolves, or the coordinator asks) or refused.
 /// A second resolution of `shutdown` (e.g. a second Ctrl-C) hands running work back at once.
-pub async fn run_node(cfg: NodeConfig, mut shutdown: mpsc::UnboundedReceiver<()>) -> Result<(), NodeError> {
+pub async fn run_node(
+    cfg: NodeConfig,
+    mut shutdown: mpsc::UnboundedReceiver<()>,
+) -> Result<(), NodeError> {
     let mut executors: HashMap<String, Arc<dyn Executor>> = HashMap::new();
     let builtin: Vec<Arc<dyn Executor>> = vec![Arc::new(SyntheticExecutor)];
     for spec in &cfg.slots {
-        let exec = builtin.iter().find(|e| e.kind() == spec.kind).ok_or_else(|| {
-            NodeError::Config(format!(
-                "this build has no `{}` executor yet; offer slots of: {}",
-                spec.kind,
-                builtin.iter().map(|e| e.kind()).collect::<Vec<_>>().join(", ")
-            ))
-        })?;
+        let exec = builtin
+            .iter()
+            .find(|e| e.kind() == spec.kind)
+            .ok_or_else(|| {
+                NodeError::Config(format!(
+                    "this build has no `{}` executor yet; offer slots of: {}",
+                    spec.kind,
+                    builtin
+                        .iter()
+                        .map(|e| e.kind())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
         executors.insert(spec.kind.clone(), exec.clone());
     }
     if cfg.slots.is_empty() {
-        return Err(NodeError::Config("no slots offered; pass --slots KIND=N, e.g. --slots synthetic=2".into()));
+        return Err(NodeError::Config(
+            "no slots offered; pass --slots KIND=N, e.g. --slots synthetic=2".into(),
+        ));
     }
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
     let mut node = Node {
-        free: cfg.slots.iter().map(|s| (s.kind.clone(), s.slots)).collect(),
+        free: cfg
+            .slots
+            .iter()
+            .map(|s| (s.kind.clone(), s.slots))
+            .collect(),
         cfg,
         executors,
         running: HashMap::new(),
@@ -134,9 +159,16 @@ pub async fn run_node(cfg: NodeConfig, mut shutdown: mpsc::UnboundedReceiver<()>
     let mut shutdown_open = true;
     let watchdog = Duration::from_millis(50);
     loop {
-        if node.draining && node.running.is_empty() && (node.outbox.is_empty() || node.conn.is_none() && node.past_drain(Duration::from_secs(10))) {
+        if node.draining
+            && node.running.is_empty()
+            && (node.outbox.is_empty()
+                || node.conn.is_none() && node.past_drain(Duration::from_secs(10)))
+        {
             if !node.outbox.is_empty() {
-                tracing::warn!(results = node.outbox.len(), "drained without delivering every result; the coordinator will rerun those tasks when their leases expire");
+                tracing::warn!(
+                    results = node.outbox.len(),
+                    "drained without delivering every result; the coordinator will rerun those tasks when their leases expire"
+                );
             }
             tracing::info!(node = %node.cfg.node_id, "drained; stopping");
             return Ok(());
@@ -149,7 +181,11 @@ pub async fn run_node(cfg: NodeConfig, mut shutdown: mpsc::UnboundedReceiver<()>
                 }
                 Err(ConnectFailure::Fatal(e)) => return Err(e),
                 Err(ConnectFailure::Retry(reason)) => {
-                    let jitter = 0.5 + reprobench_proto::synthetic::SplitMix64::new(node.generation ^ u64::from(std::process::id())).next_f64();
+                    let jitter = 0.5
+                        + reprobench_proto::synthetic::SplitMix64::new(
+                            node.generation ^ u64::from(std::process::id()),
+                        )
+                        .next_f64();
                     let wait = backoff.mul_f64(jitter).min(node.cfg.max_backoff);
                     tracing::warn!(%reason, retry_in_ms = wait.as_millis() as u64, "coordinator unreachable; retrying");
                     next_connect = Instant::now() + wait;
@@ -158,11 +194,16 @@ pub async fn run_node(cfg: NodeConfig, mut shutdown: mpsc::UnboundedReceiver<()>
             }
             continue;
         }
-        let wake = [Some(Instant::now() + watchdog), node.conn.is_none().then_some(next_connect), node.conn.is_some().then_some(next_heartbeat), node.drain_deadline]
-            .into_iter()
-            .flatten()
-            .min()
-            .expect("the watchdog is always set");
+        let wake = [
+            Some(Instant::now() + watchdog),
+            node.conn.is_none().then_some(next_connect),
+            node.conn.is_some().then_some(next_heartbeat),
+            node.drain_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("the watchdog is always set");
         tokio::select! {
             Some(ev) = events_rx.recv() => node.handle(ev),
             Some((attempt, fraction, message)) = progress_rx.recv() => {
@@ -198,7 +239,8 @@ enum ConnectFailure {
 
 impl Node {
     fn past_drain(&self, grace: Duration) -> bool {
-        self.drain_deadline.is_some_and(|d| Instant::now() >= d + grace)
+        self.drain_deadline
+            .is_some_and(|d| Instant::now() >= d + grace)
     }
 
     fn send(&self, body: node_message::Body) {
@@ -220,7 +262,15 @@ impl Node {
             other => ConnectFailure::Fatal(NodeError::Config(other.to_string())),
         })?;
         let mut client = NodeServiceClient::new(channel);
-        let slots = self.cfg.slots.iter().map(|s| SlotCount { kind: s.kind.clone(), slots: s.slots }).collect();
+        let slots = self
+            .cfg
+            .slots
+            .iter()
+            .map(|s| SlotCount {
+                kind: s.kind.clone(),
+                slots: s.slots,
+            })
+            .collect();
         let req = RegisterRequest {
             protocol_version: reprobench_proto::PROTOCOL_VERSION,
             node_id: self.cfg.node_id.clone(),
@@ -229,7 +279,10 @@ impl Node {
             binary_version: reprobench_proto::BINARY_VERSION.into(),
         };
         let classify = |s: tonic::Status| match s.code() {
-            Code::Unauthenticated | Code::FailedPrecondition | Code::InvalidArgument | Code::PermissionDenied => {
+            Code::Unauthenticated
+            | Code::FailedPrecondition
+            | Code::InvalidArgument
+            | Code::PermissionDenied => {
                 ConnectFailure::Fatal(NodeError::Refused(s.message().to_string()))
             }
             _ => ConnectFailure::Retry(format!("{}: {}", s.code(), s.message())),
@@ -239,7 +292,14 @@ impl Node {
         self.heartbeat_ms = resp.heartbeat_ms.clamp(20, self.lease_ms / 2);
 
         let (out, rx) = mpsc::unbounded_channel();
-        let free = self.free.iter().map(|(k, n)| SlotCount { kind: k.clone(), slots: if self.draining { 0 } else { *n } }).collect();
+        let free = self
+            .free
+            .iter()
+            .map(|(k, n)| SlotCount {
+                kind: k.clone(),
+                slots: if self.draining { 0 } else { *n },
+            })
+            .collect();
         let hello = Hello {
             node_id: self.cfg.node_id.clone(),
             running: self.held(),
@@ -249,7 +309,11 @@ impl Node {
         };
         let _ = out.send(msg(node_message::Body::Hello(hello)));
         let sent_at = Instant::now();
-        let mut inbound = client.work(UnboundedReceiverStream::new(rx)).await.map_err(classify)?.into_inner();
+        let mut inbound = client
+            .work(UnboundedReceiverStream::new(rx))
+            .await
+            .map_err(classify)?
+            .into_inner();
         self.generation += 1;
         let generation = self.generation;
         let events = self.events_tx.clone();
@@ -269,7 +333,11 @@ impl Node {
             };
             let _ = events.send(Event::Closed { generation, reason });
         });
-        self.conn = Some(Connection { generation, out, unanswered: VecDeque::from([sent_at]) });
+        self.conn = Some(Connection {
+            generation,
+            out,
+            unanswered: VecDeque::from([sent_at]),
+        });
         for r in self.outbox.values() {
             self.send(node_message::Body::Result(r.clone()));
         }
@@ -284,7 +352,9 @@ impl Node {
         let running = self.held();
         if let Some(c) = &mut self.conn {
             c.unanswered.push_back(Instant::now());
-            let _ = c.out.send(msg(node_message::Body::Heartbeat(Heartbeat { running })));
+            let _ = c
+                .out
+                .send(msg(node_message::Body::Heartbeat(Heartbeat { running })));
         }
     }
 
@@ -292,13 +362,21 @@ impl Node {
         match ev {
             Event::Done { attempt, end } => self.attempt_done(attempt, end),
             Event::Closed { generation, reason } => {
-                if self.conn.as_ref().is_some_and(|c| c.generation == generation) {
+                if self
+                    .conn
+                    .as_ref()
+                    .is_some_and(|c| c.generation == generation)
+                {
                     tracing::warn!(%reason, "lost the coordinator; running attempts go on while their leases last");
                     self.conn = None;
                 }
             }
             Event::Inbound { generation, body } => {
-                if self.conn.as_ref().is_some_and(|c| c.generation == generation) {
+                if self
+                    .conn
+                    .as_ref()
+                    .is_some_and(|c| c.generation == generation)
+                {
                     self.inbound(body);
                 }
             }
@@ -311,15 +389,27 @@ impl Node {
             Body::Grant(g) => {
                 let Some(attempt) = g.attempt else { return };
                 let free = self.free.get_mut(&g.kind);
-                let (Some(free), Some(exec)) = (free.filter(|f| **f > 0), self.executors.get(&g.kind).cloned()) else {
+                let (Some(free), Some(exec)) = (
+                    free.filter(|f| **f > 0),
+                    self.executors.get(&g.kind).cloned(),
+                ) else {
                     let reason = format!("no free `{}` slot on {}", g.kind, self.cfg.node_id);
                     self.send(hand_back(attempt, reason));
                     return;
                 };
                 *free -= 1;
                 let cancel = CancellationToken::new();
-                let local_deadline = Instant::now() + Duration::from_millis(g.lease_ms.max(self.lease_ms));
-                self.running.insert(attempt, RunningAttempt { kind: g.kind.clone(), cancel: cancel.clone(), local_deadline, hand_back: false });
+                let local_deadline =
+                    Instant::now() + Duration::from_millis(g.lease_ms.max(self.lease_ms));
+                self.running.insert(
+                    attempt,
+                    RunningAttempt {
+                        kind: g.kind.clone(),
+                        cancel: cancel.clone(),
+                        local_deadline,
+                        hand_back: false,
+                    },
+                );
                 self.warm.insert(g.affinity_key.clone());
                 tracing::debug!(task = attempt.task_id, epoch = attempt.epoch, instance = %g.instance_id, "granted");
                 let spec = AttemptSpec {
@@ -332,7 +422,10 @@ impl Node {
                     payload_json: g.payload_json,
                     attempt_number: g.attempt_number,
                 };
-                let ctx = AttemptContext { cancel, progress: self.progress_tx.clone() };
+                let ctx = AttemptContext {
+                    cancel,
+                    progress: self.progress_tx.clone(),
+                };
                 let events = self.events_tx.clone();
                 tokio::spawn(async move {
                     let end = exec.run(spec, ctx).await;
@@ -340,7 +433,11 @@ impl Node {
                 });
             }
             Body::Renewal(r) => {
-                let sent_at = self.conn.as_mut().and_then(|c| c.unanswered.pop_front()).unwrap_or_else(Instant::now);
+                let sent_at = self
+                    .conn
+                    .as_mut()
+                    .and_then(|c| c.unanswered.pop_front())
+                    .unwrap_or_else(Instant::now);
                 let deadline = sent_at + Duration::from_millis(r.lease_ms);
                 for a in r.renewed {
                     if let Some(run) = self.running.get_mut(&a) {
@@ -369,7 +466,9 @@ impl Node {
     }
 
     fn attempt_done(&mut self, attempt: AttemptRef, end: AttemptEnd) {
-        let Some(run) = self.running.remove(&attempt) else { return };
+        let Some(run) = self.running.remove(&attempt) else {
+            return;
+        };
         *self.free.entry(run.kind.clone()).or_insert(0) += 1;
         match end {
             AttemptEnd::Finished(outcome) => self.deliver(attempt, outcome),
@@ -379,13 +478,20 @@ impl Node {
             AttemptEnd::Cancelled => {}
         }
         if !self.draining {
-            self.send(node_message::Body::Credit(Credit { kind: run.kind, slots: 1 }));
+            self.send(node_message::Body::Credit(Credit {
+                kind: run.kind,
+                slots: 1,
+            }));
         }
     }
 
     fn deliver(&mut self, attempt: AttemptRef, outcome: Outcome) {
-        let result = AttemptResult { attempt: Some(attempt), outcome: Some(outcome) };
-        self.outbox.insert((attempt.task_id, attempt.epoch), result.clone());
+        let result = AttemptResult {
+            attempt: Some(attempt),
+            outcome: Some(outcome),
+        };
+        self.outbox
+            .insert((attempt.task_id, attempt.epoch), result.clone());
         self.send(node_message::Body::Result(result));
     }
 
@@ -393,7 +499,11 @@ impl Node {
     fn check_local_leases(&mut self, now: Instant) {
         for (a, run) in &self.running {
             if now >= run.local_deadline && !run.cancel.is_cancelled() {
-                tracing::warn!(task = a.task_id, epoch = a.epoch, "lease ran out without renewal; stopping the attempt");
+                tracing::warn!(
+                    task = a.task_id,
+                    epoch = a.epoch,
+                    "lease ran out without renewal; stopping the attempt"
+                );
                 run.cancel.cancel();
             }
         }
@@ -405,7 +515,8 @@ impl Node {
         }
         tracing::info!(%reason, running = self.running.len(), "draining: finishing running attempts, taking no new ones");
         self.draining = true;
-        self.drain_deadline.get_or_insert(Instant::now() + self.cfg.drain_timeout);
+        self.drain_deadline
+            .get_or_insert(Instant::now() + self.cfg.drain_timeout);
         self.send(node_message::Body::Draining(Draining {}));
     }
 
@@ -420,7 +531,10 @@ impl Node {
 }
 
 fn hand_back(attempt: AttemptRef, reason: String) -> node_message::Body {
-    node_message::Body::HandBack(HandBack { attempt: Some(attempt), reason })
+    node_message::Body::HandBack(HandBack {
+        attempt: Some(attempt),
+        reason,
+    })
 }
 
 /// This machine's host name.
@@ -441,7 +555,10 @@ pub fn stop_signals() -> mpsc::UnboundedReceiver<()> {
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
             return;
         };
         loop {

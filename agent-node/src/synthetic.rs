@@ -26,7 +26,10 @@ impl Executor for SyntheticExecutor {
             let payload: SyntheticPayload = match serde_json::from_str(&spec.payload_json) {
                 Ok(p) => p,
                 Err(e) => {
-                    let msg = format!("task {} has no valid synthetic payload: {e}", spec.instance_id);
+                    let msg = format!(
+                        "task {} has no valid synthetic payload: {e}",
+                        spec.instance_id
+                    );
                     return AttemptEnd::Finished(bad_input("bad_payload", msg));
                 }
             };
@@ -61,7 +64,10 @@ mod tests {
 
     fn spec(payload: &str) -> AttemptSpec {
         AttemptSpec {
-            attempt: AttemptRef { task_id: 1, epoch: 1 },
+            attempt: AttemptRef {
+                task_id: 1,
+                epoch: 1,
+            },
             run_id: "r".into(),
             agent: "synthetic".into(),
             variant: "full".into(),
@@ -74,14 +80,25 @@ mod tests {
 
     fn ctx() -> AttemptContext {
         let (progress, _) = tokio::sync::mpsc::unbounded_channel();
-        AttemptContext { cancel: CancellationToken::new(), progress }
+        AttemptContext {
+            cancel: CancellationToken::new(),
+            progress,
+        }
     }
 
     #[tokio::test]
     async fn finishes_with_the_seeded_verdict() {
-        let p = SyntheticPayload { duration_ms: 5, success_probability: 1.0, seed: 9 };
-        let end = SyntheticExecutor.run(spec(&serde_json::to_string(&p).unwrap()), ctx()).await;
-        let AttemptEnd::Finished(o) = end else { panic!("cancelled") };
+        let p = SyntheticPayload {
+            duration_ms: 5,
+            success_probability: 1.0,
+            seed: 9,
+        };
+        let end = SyntheticExecutor
+            .run(spec(&serde_json::to_string(&p).unwrap()), ctx())
+            .await;
+        let AttemptEnd::Finished(o) = end else {
+            panic!("cancelled")
+        };
         assert!(o.success);
         assert_eq!(o.verdict, VERDICT_PASS);
         assert!(o.wall_s >= 0.005);
@@ -89,12 +106,20 @@ mod tests {
 
     #[tokio::test]
     async fn bad_payload_is_bad_input_and_cancel_stops_it() {
-        let AttemptEnd::Finished(o) = SyntheticExecutor.run(spec("{"), ctx()).await else { panic!() };
+        let AttemptEnd::Finished(o) = SyntheticExecutor.run(spec("{"), ctx()).await else {
+            panic!()
+        };
         assert_eq!(o.failure_class, FailureClass::BadInput as i32);
         let c = ctx();
         c.cancel.cancel();
-        let p = SyntheticPayload { duration_ms: 60_000, success_probability: 1.0, seed: 9 };
-        let end = SyntheticExecutor.run(spec(&serde_json::to_string(&p).unwrap()), c).await;
+        let p = SyntheticPayload {
+            duration_ms: 60_000,
+            success_probability: 1.0,
+            seed: 9,
+        };
+        let end = SyntheticExecutor
+            .run(spec(&serde_json::to_string(&p).unwrap()), c)
+            .await;
         assert!(matches!(end, AttemptEnd::Cancelled));
     }
 }

@@ -34,7 +34,12 @@ pub fn summarize(rows: &[ResultRow]) -> Vec<SummaryRow> {
     let mut cells: BTreeMap<(&str, &str, &str, &str), SummaryRow> = BTreeMap::new();
     let mut wall: BTreeMap<(&str, &str, &str, &str), f64> = BTreeMap::new();
     for r in rows {
-        let key = (r.dataset.as_str(), r.agent.as_str(), r.variant.as_str(), r.backbone.as_str());
+        let key = (
+            r.dataset.as_str(),
+            r.agent.as_str(),
+            r.variant.as_str(),
+            r.backbone.as_str(),
+        );
         let cell = cells.entry(key).or_insert_with(|| SummaryRow {
             dataset: r.dataset.clone(),
             agent: r.agent.clone(),
@@ -69,7 +74,18 @@ pub fn summarize(rows: &[ResultRow]) -> Vec<SummaryRow> {
 
 /// Renders summary rows as an aligned plain-text table.
 pub fn render_summary(rows: &[SummaryRow]) -> String {
-    let header = ["dataset", "agent", "variant", "backbone", "tasks", "ok", "errors", "SR %", "time/ok (s)", "cost ($)"];
+    let header = [
+        "dataset",
+        "agent",
+        "variant",
+        "backbone",
+        "tasks",
+        "ok",
+        "errors",
+        "SR %",
+        "time/ok (s)",
+        "cost ($)",
+    ];
     let body: Vec<[String; 10]> = rows
         .iter()
         .map(|r| {
@@ -82,7 +98,8 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
                 r.succeeded.to_string(),
                 r.errored.to_string(),
                 format!("{:.1}", r.success_rate_pct),
-                r.mean_wall_s_success.map_or("-".into(), |w| format!("{w:.3}")),
+                r.mean_wall_s_success
+                    .map_or("-".into(), |w| format!("{w:.3}")),
                 format!("{:.2}", r.cost_usd),
             ]
         })
@@ -98,13 +115,25 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
             .iter()
             .zip(widths)
             .enumerate()
-            .map(|(i, (c, w))| if i < 4 { format!("{c:<w$}") } else { format!("{c:>w$}") })
+            .map(|(i, (c, w))| {
+                if i < 4 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
             .collect();
         parts.join("  ").trim_end().to_string()
     };
     let mut out = line(header.to_vec());
     out.push('\n');
-    out.push_str(&widths.iter().map(|w| "-".repeat(*w)).collect::<Vec<_>>().join("  "));
+    out.push_str(
+        &widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("  "),
+    );
     out.push('\n');
     for row in &body {
         out.push_str(&line(row.iter().map(String::as_str).collect()));
@@ -141,7 +170,15 @@ mod tests {
         ];
         let s = summarize(&rows);
         assert_eq!(s.len(), 2);
-        assert_eq!((s[0].variant.as_str(), s[0].tasks, s[0].succeeded, s[0].errored), ("full", 4, 2, 1));
+        assert_eq!(
+            (
+                s[0].variant.as_str(),
+                s[0].tasks,
+                s[0].succeeded,
+                s[0].errored
+            ),
+            ("full", 4, 2, 1)
+        );
         assert_eq!(s[0].success_rate_pct, 50.0);
         assert_eq!(s[0].mean_wall_s_success, Some(3.0));
         assert_eq!(s[1].mean_wall_s_success, None);

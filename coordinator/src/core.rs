@@ -11,9 +11,9 @@ use crate::sweep;
 use reprobench_proto::sweep::SweepSpec;
 use reprobench_proto::time::now_ms;
 use reprobench_proto::v1::{
-    AttemptRef, CoordinatorMessage, FailureClass, Grant, Hello, LeaseRenewal, ListRunsResponse, NodeProgress,
-    Outcome, RegisterRequest, RegisterResponse, ResultAck, Revoke, RunProgress, RunSummary, SubmitRunResponse,
-    coordinator_message, node_message,
+    AttemptRef, CoordinatorMessage, FailureClass, Grant, Hello, LeaseRenewal, ListRunsResponse,
+    NodeProgress, Outcome, RegisterRequest, RegisterResponse, ResultAck, Revoke, RunProgress,
+    RunSummary, SubmitRunResponse, coordinator_message, node_message,
 };
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -35,7 +35,11 @@ pub struct CoreConfig {
 
 impl Default for CoreConfig {
     fn default() -> Self {
-        CoreConfig { lease_ms: 15_000, heartbeat_ms: 3_000, policy: Policy::AffinityStealing }
+        CoreConfig {
+            lease_ms: 15_000,
+            heartbeat_ms: 3_000,
+            policy: Policy::AffinityStealing,
+        }
     }
 }
 
@@ -47,19 +51,40 @@ pub type WatchSender = mpsc::Sender<Result<RunProgress, Status>>;
 /// Everything the core is asked to do.
 pub enum Command {
     /// A node registers.
-    Register { req: RegisterRequest, reply: oneshot::Sender<Result<RegisterResponse, Status>> },
+    Register {
+        req: RegisterRequest,
+        reply: oneshot::Sender<Result<RegisterResponse, Status>>,
+    },
     /// A node opened a Work stream and said hello.
-    Connect { node_id: String, conn: u64, hello: Hello, out: NodeSender },
+    Connect {
+        node_id: String,
+        conn: u64,
+        hello: Hello,
+        out: NodeSender,
+    },
     /// A message on a Work stream.
-    FromNode { node_id: String, conn: u64, body: node_message::Body },
+    FromNode {
+        node_id: String,
+        conn: u64,
+        body: node_message::Body,
+    },
     /// A Work stream ended.
     Disconnect { node_id: String, conn: u64 },
     /// SubmitRun.
-    Submit { sweep_toml: String, resume: bool, reply: oneshot::Sender<Result<SubmitRunResponse, Status>> },
+    Submit {
+        sweep_toml: String,
+        resume: bool,
+        reply: oneshot::Sender<Result<SubmitRunResponse, Status>>,
+    },
     /// CancelRun.
-    Cancel { run_id: String, reply: oneshot::Sender<Result<u64, Status>> },
+    Cancel {
+        run_id: String,
+        reply: oneshot::Sender<Result<u64, Status>>,
+    },
     /// ListRuns.
-    List { reply: oneshot::Sender<ListRunsResponse> },
+    List {
+        reply: oneshot::Sender<ListRunsResponse>,
+    },
     /// WatchRun.
     Watch { run_id: String, tx: WatchSender },
     /// Stop the core (after committing what it has).
@@ -75,12 +100,17 @@ pub struct CoreHandle {
 impl CoreHandle {
     /// Sends a command; fails when the core has stopped.
     pub fn send(&self, cmd: Command) -> Result<(), Status> {
-        self.tx.send(cmd).map_err(|_| Status::unavailable("the coordinator is shutting down; retry shortly"))
+        self.tx
+            .send(cmd)
+            .map_err(|_| Status::unavailable("the coordinator is shutting down; retry shortly"))
     }
 }
 
 /// Opens the core on a store and starts its thread.
-pub fn spawn(store: Store, cfg: CoreConfig) -> Result<(CoreHandle, std::thread::JoinHandle<()>), StoreError> {
+pub fn spawn(
+    store: Store,
+    cfg: CoreConfig,
+) -> Result<(CoreHandle, std::thread::JoinHandle<()>), StoreError> {
     let core = Core::load(store, cfg)?;
     let (tx, rx) = std_mpsc::channel();
     let join = std::thread::Builder::new()
@@ -226,14 +256,26 @@ impl Core {
             };
             match st {
                 TaskState::Pending => {
-                    core.sched.enqueue(QueuedTask { id: t.task_id, kind: &mem.kind, key: &mem.key, agent: &mem.agent });
+                    core.sched.enqueue(QueuedTask {
+                        id: t.task_id,
+                        kind: &mem.kind,
+                        key: &mem.key,
+                        agent: &mem.agent,
+                    });
                     resumed += 1;
                 }
                 TaskState::Leased => {
                     // Leases are not persisted: every lease held at the crash gets a fresh one, so its
                     // node can reconnect and claim it before it is requeued.
                     let node = node.expect("a leased task has a node");
-                    core.leases.insert(t.task_id, Lease { node, epoch: t.epoch, deadline: grace });
+                    core.leases.insert(
+                        t.task_id,
+                        Lease {
+                            node,
+                            epoch: t.epoch,
+                            deadline: grace,
+                        },
+                    );
                     resumed += 1;
                 }
                 _ => {}
@@ -334,7 +376,12 @@ impl Core {
         }
     }
 
-    fn step(&mut self, batch: &mut Vec<Command>, next_tick: &mut Instant, tick: Duration) -> Result<(), StoreError> {
+    fn step(
+        &mut self,
+        batch: &mut Vec<Command>,
+        next_tick: &mut Instant,
+        tick: Duration,
+    ) -> Result<(), StoreError> {
         self.store.begin()?;
         for cmd in batch.drain(..) {
             self.apply(cmd)?;
@@ -373,11 +420,24 @@ impl Core {
     fn apply(&mut self, cmd: Command) -> Result<(), StoreError> {
         match cmd {
             Command::Register { req, reply } => self.register(req, reply),
-            Command::Connect { node_id, conn, hello, out } => self.connect(node_id, conn, hello, out),
-            Command::FromNode { node_id, conn, body } => self.from_node(&node_id, conn, body),
+            Command::Connect {
+                node_id,
+                conn,
+                hello,
+                out,
+            } => self.connect(node_id, conn, hello, out),
+            Command::FromNode {
+                node_id,
+                conn,
+                body,
+            } => self.from_node(&node_id, conn, body),
             Command::Disconnect { node_id, conn } => {
                 if let Some(&n) = self.node_index.get(&node_id) {
-                    if self.nodes[n as usize].conn.as_ref().is_some_and(|(c, _)| *c == conn) {
+                    if self.nodes[n as usize]
+                        .conn
+                        .as_ref()
+                        .is_some_and(|(c, _)| *c == conn)
+                    {
                         tracing::info!(node = %node_id, "node disconnected; its leases run until they expire");
                         self.nodes[n as usize].conn = None;
                         self.nodes[n as usize].credits.clear();
@@ -386,7 +446,11 @@ impl Core {
                 }
                 Ok(())
             }
-            Command::Submit { sweep_toml, resume, reply } => {
+            Command::Submit {
+                sweep_toml,
+                resume,
+                reply,
+            } => {
                 let result = self.submit(&sweep_toml, resume)?;
                 self.reply(reply, result);
                 Ok(())
@@ -397,7 +461,11 @@ impl Core {
                 Ok(())
             }
             Command::List { reply } => {
-                let runs = self.run_order.iter().map(|r| self.runs[r].summary.clone()).collect();
+                let runs = self
+                    .run_order
+                    .iter()
+                    .map(|r| self.runs[r].summary.clone())
+                    .collect();
                 let live_nodes = self.nodes.iter().filter(|n| n.in_sched).count() as u32;
                 self.reply(reply, ListRunsResponse { runs, live_nodes });
                 Ok(())
@@ -440,7 +508,10 @@ impl Core {
         let check = if req.node_id.trim().is_empty() {
             bad("node_id is empty; pass --name or let the node choose one".into())
         } else if req.slots.is_empty() {
-            bad(format!("node `{}` offers no slots; pass --slots KIND=N", req.node_id))
+            bad(format!(
+                "node `{}` offers no slots; pass --slots KIND=N",
+                req.node_id
+            ))
         } else {
             Ok(())
         };
@@ -448,9 +519,18 @@ impl Core {
             self.reply(reply, Err(e));
             return Ok(());
         }
-        let slots: Vec<(String, u32)> = req.slots.iter().map(|s| (s.kind.clone(), s.slots)).collect();
-        let slots_text = slots.iter().map(|(k, n)| format!("{k}={n}")).collect::<Vec<_>>().join(",");
-        self.store.upsert_node(&req.node_id, &req.hostname, &slots_text, now_ms())?;
+        let slots: Vec<(String, u32)> = req
+            .slots
+            .iter()
+            .map(|s| (s.kind.clone(), s.slots))
+            .collect();
+        let slots_text = slots
+            .iter()
+            .map(|(k, n)| format!("{k}={n}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        self.store
+            .upsert_node(&req.node_id, &req.hostname, &slots_text, now_ms())?;
         let n = self.node_idx(&req.node_id);
         if self.nodes[n as usize].slots != slots {
             self.leave_sched(n);
@@ -467,8 +547,18 @@ impl Core {
         Ok(())
     }
 
-    fn connect(&mut self, node_id: String, conn: u64, hello: Hello, out: NodeSender) -> Result<(), StoreError> {
-        let Some(&n) = self.node_index.get(&node_id).filter(|&&n| !self.nodes[n as usize].slots.is_empty()) else {
+    fn connect(
+        &mut self,
+        node_id: String,
+        conn: u64,
+        hello: Hello,
+        out: NodeSender,
+    ) -> Result<(), StoreError> {
+        let Some(&n) = self
+            .node_index
+            .get(&node_id)
+            .filter(|&&n| !self.nodes[n as usize].slots.is_empty())
+        else {
             let _ = out.send(Err(Status::failed_precondition(format!(
                 "node `{node_id}` opened a Work stream without registering; call Register first"
             ))));
@@ -479,13 +569,18 @@ impl Core {
             node.conn = Some((conn, out));
             node.last_seen = Instant::now();
             node.draining = hello.draining;
-            node.credits = hello.free.iter().map(|s| (s.kind.clone(), s.slots)).collect();
+            node.credits = hello
+                .free
+                .iter()
+                .map(|s| (s.kind.clone(), s.slots))
+                .collect();
         }
         for key in &hello.warm_keys {
             self.sched.mark_warm(n, key);
         }
         // Leases this node held that it no longer reports were lost in transit: requeue them now.
-        let held: HashSet<(u64, u64)> = hello.running.iter().map(|a| (a.task_id, a.epoch)).collect();
+        let held: HashSet<(u64, u64)> =
+            hello.running.iter().map(|a| (a.task_id, a.epoch)).collect();
         let lost: Vec<(TaskId, u64)> = self
             .leases
             .iter()
@@ -494,8 +589,10 @@ impl Core {
             .collect();
         for (task, epoch) in lost {
             self.leases.remove(&task);
-            let reason = format!("node {node_id} reconnected without this attempt (grant lost in transit)");
-            self.store.end_attempt(task, epoch, "lost", Some(&reason), now_ms())?;
+            let reason =
+                format!("node {node_id} reconnected without this attempt (grant lost in transit)");
+            self.store
+                .end_attempt(task, epoch, "lost", Some(&reason), now_ms())?;
             self.requeue(task)?;
         }
         self.renew(n, &hello.running);
@@ -506,9 +603,20 @@ impl Core {
         Ok(())
     }
 
-    fn from_node(&mut self, node_id: &str, conn: u64, body: node_message::Body) -> Result<(), StoreError> {
-        let Some(&n) = self.node_index.get(node_id) else { return Ok(()) };
-        if !self.nodes[n as usize].conn.as_ref().is_some_and(|(c, _)| *c == conn) {
+    fn from_node(
+        &mut self,
+        node_id: &str,
+        conn: u64,
+        body: node_message::Body,
+    ) -> Result<(), StoreError> {
+        let Some(&n) = self.node_index.get(node_id) else {
+            return Ok(());
+        };
+        if !self.nodes[n as usize]
+            .conn
+            .as_ref()
+            .is_some_and(|(c, _)| *c == conn)
+        {
             return Ok(()); // a superseded stream
         }
         self.nodes[n as usize].last_seen = Instant::now();
@@ -531,10 +639,20 @@ impl Core {
             }
             node_message::Body::HandBack(h) => {
                 let a = h.attempt.unwrap_or_default();
-                if self.leases.get(&a.task_id).is_some_and(|l| l.node == n && l.epoch == a.epoch) {
+                if self
+                    .leases
+                    .get(&a.task_id)
+                    .is_some_and(|l| l.node == n && l.epoch == a.epoch)
+                {
                     self.leases.remove(&a.task_id);
                     let reason = format!("handed back by {node_id}: {}", h.reason);
-                    self.store.end_attempt(a.task_id, a.epoch, "handed_back", Some(&reason), now_ms())?;
+                    self.store.end_attempt(
+                        a.task_id,
+                        a.epoch,
+                        "handed_back",
+                        Some(&reason),
+                        now_ms(),
+                    )?;
                     self.requeue(a.task_id)?;
                 }
             }
@@ -560,13 +678,23 @@ impl Core {
                 }
                 _ => {
                     let epoch = self.tasks.get(&a.task_id).map_or(0, |t| t.epoch);
-                    let reason = format!("lease lost: the task is now at attempt {epoch} or closed");
-                    self.to_node(n, coordinator_message::Body::Revoke(Revoke { attempt: Some(*a), reason }));
+                    let reason =
+                        format!("lease lost: the task is now at attempt {epoch} or closed");
+                    self.to_node(
+                        n,
+                        coordinator_message::Body::Revoke(Revoke {
+                            attempt: Some(*a),
+                            reason,
+                        }),
+                    );
                 }
             }
         }
         let lease_ms = self.cfg.lease_ms;
-        self.to_node(n, coordinator_message::Body::Renewal(LeaseRenewal { renewed, lease_ms }));
+        self.to_node(
+            n,
+            coordinator_message::Body::Renewal(LeaseRenewal { renewed, lease_ms }),
+        );
     }
 
     fn join_sched(&mut self, n: NodeIdx) {
@@ -586,21 +714,27 @@ impl Core {
         }
     }
 
-    fn submit(&mut self, sweep_toml: &str, resume: bool) -> Result<Result<SubmitRunResponse, Status>, StoreError> {
+    fn submit(
+        &mut self,
+        sweep_toml: &str,
+        resume: bool,
+    ) -> Result<Result<SubmitRunResponse, Status>, StoreError> {
         let spec = match SweepSpec::from_toml(sweep_toml) {
             Ok(s) => s,
             Err(e) => return Ok(Err(Status::invalid_argument(e.to_string()))),
         };
         let hash = sweep::sweep_hash(&spec);
         if resume {
-            let existing = self
-                .run_order
-                .iter()
-                .rev()
-                .find(|r| self.runs[*r].sweep_hash == hash && self.runs[*r].summary.state == "running");
+            let existing = self.run_order.iter().rev().find(|r| {
+                self.runs[*r].sweep_hash == hash && self.runs[*r].summary.state == "running"
+            });
             if let Some(r) = existing {
                 let run = &self.runs[r];
-                return Ok(Ok(SubmitRunResponse { run_id: r.to_string(), tasks: run.summary.tasks, resumed: true }));
+                return Ok(Ok(SubmitRunResponse {
+                    run_id: r.to_string(),
+                    tasks: run.summary.tasks,
+                    resumed: true,
+                }));
             }
         }
         let tasks: Vec<NewTask> = match sweep::expand(&spec) {
@@ -633,7 +767,12 @@ impl Core {
                 node: None,
                 result_epoch: None,
             };
-            self.sched.enqueue(QueuedTask { id: *id, kind: &mem.kind, key: &mem.key, agent: &mem.agent });
+            self.sched.enqueue(QueuedTask {
+                id: *id,
+                kind: &mem.kind,
+                key: &mem.key,
+                agent: &mem.agent,
+            });
             self.tasks.insert(*id, mem);
         }
         let r = self.runs.get_mut(&run_key).expect("just added");
@@ -642,17 +781,25 @@ impl Core {
             self.check_finished(&run_key)?;
         }
         tracing::info!(run = %run.run_id, tasks = tasks.len(), sweep = %spec.name, "run submitted");
-        Ok(Ok(SubmitRunResponse { run_id: run.run_id, tasks: tasks.len() as u64, resumed: false }))
+        Ok(Ok(SubmitRunResponse {
+            run_id: run.run_id,
+            tasks: tasks.len() as u64,
+            resumed: false,
+        }))
     }
 
     fn cancel(&mut self, run_id: &str) -> Result<Result<u64, Status>, StoreError> {
         let Some(run_key) = self.runs.get_key_value(run_id).map(|(k, _)| k.clone()) else {
-            return Ok(Err(Status::not_found(format!("no run `{run_id}`; `reprobench status` lists the runs"))));
+            return Ok(Err(Status::not_found(format!(
+                "no run `{run_id}`; `reprobench status` lists the runs"
+            ))));
         };
         let ids: Vec<TaskId> = self
             .tasks
             .iter()
-            .filter(|(_, t)| t.run == run_key && matches!(t.state, TaskState::Pending | TaskState::Leased))
+            .filter(|(_, t)| {
+                t.run == run_key && matches!(t.state, TaskState::Pending | TaskState::Leased)
+            })
             .map(|(id, _)| *id)
             .collect();
         let now = now_ms();
@@ -664,9 +811,16 @@ impl Core {
             if st == TaskState::Pending {
                 self.sched.remove(id);
             } else if let (Some(n), Some(_)) = (node, self.leases.remove(&id)) {
-                self.store.end_attempt(id, epoch, "cancelled", Some("run cancelled"), now)?;
+                self.store
+                    .end_attempt(id, epoch, "cancelled", Some("run cancelled"), now)?;
                 let attempt = Some(AttemptRef { task_id: id, epoch });
-                self.to_node(n, coordinator_message::Body::Cancel(Revoke { attempt, reason: "run cancelled".into() }));
+                self.to_node(
+                    n,
+                    coordinator_message::Body::Cancel(Revoke {
+                        attempt,
+                        reason: "run cancelled".into(),
+                    }),
+                );
             }
             let infra = self.tasks[&id].infra_failures;
             self.store.set_task_state(id, state::CANCELLED, infra)?;
@@ -695,15 +849,30 @@ impl Core {
         let t = self.tasks.get_mut(&task).expect("known task");
         t.node = None;
         let infra = t.infra_failures;
-        self.sched.enqueue(QueuedTask { id: task, kind: &t.kind, key: &t.key, agent: &t.agent });
-        self.runs.get_mut(&t.run).expect("run").summary.retried_attempts += 1;
+        self.sched.enqueue(QueuedTask {
+            id: task,
+            kind: &t.kind,
+            key: &t.key,
+            agent: &t.agent,
+        });
+        self.runs
+            .get_mut(&t.run)
+            .expect("run")
+            .summary
+            .retried_attempts += 1;
         self.store.set_task_state(task, state::PENDING, infra)?;
         self.set_state(task, TaskState::Pending);
         Ok(())
     }
 
     /// An attempt failed for infrastructure reasons: retry it, or close the task when the bound is hit.
-    fn infra_failure(&mut self, task: TaskId, class: &str, message: String, node: &str) -> Result<(), StoreError> {
+    fn infra_failure(
+        &mut self,
+        task: TaskId,
+        class: &str,
+        message: String,
+        node: &str,
+    ) -> Result<(), StoreError> {
         let t = self.tasks.get_mut(&task).expect("known task");
         t.infra_failures += 1;
         let max = self.runs[&t.run].max_attempts;
@@ -724,7 +893,12 @@ impl Core {
         self.finish(task, TaskState::Errored, &record)
     }
 
-    fn finish(&mut self, task: TaskId, st: TaskState, record: &ResultRecord) -> Result<(), StoreError> {
+    fn finish(
+        &mut self,
+        task: TaskId,
+        st: TaskState,
+        record: &ResultRecord,
+    ) -> Result<(), StoreError> {
         let t = self.tasks.get_mut(&task).expect("known task");
         t.result_epoch = Some(t.epoch);
         let (run, epoch, infra, node) = (t.run.clone(), t.epoch, t.infra_failures, t.node);
@@ -755,13 +929,20 @@ impl Core {
     fn result(&mut self, n: NodeIdx, a: AttemptRef, outcome: Outcome) -> Result<(), StoreError> {
         let node_id = self.nodes[n as usize].id.clone();
         let ack = |accepted: bool, reason: String| {
-            coordinator_message::Body::ResultAck(ResultAck { attempt: Some(a), accepted, reason })
+            coordinator_message::Body::ResultAck(ResultAck {
+                attempt: Some(a),
+                accepted,
+                reason,
+            })
         };
         let Some(t) = self.tasks.get(&a.task_id) else {
             self.to_node(n, ack(false, "unknown task".into()));
             return Ok(());
         };
-        let current = self.leases.get(&a.task_id).is_some_and(|l| l.node == n && l.epoch == a.epoch);
+        let current = self
+            .leases
+            .get(&a.task_id)
+            .is_some_and(|l| l.node == n && l.epoch == a.epoch);
         if !current {
             let duplicate = t.result_epoch == Some(a.epoch) && t.node == Some(n);
             if duplicate {
@@ -781,12 +962,22 @@ impl Core {
         let now = now_ms();
         let class = FailureClass::try_from(outcome.failure_class).unwrap_or(FailureClass::Infra);
         if class == FailureClass::Infra {
-            let message = if outcome.error_message.is_empty() { "infrastructure error".into() } else { outcome.error_message.clone() };
-            self.store.end_attempt(a.task_id, a.epoch, "infra_error", Some(&message), now)?;
-            let cls = if outcome.error_class.is_empty() { "executor".to_string() } else { outcome.error_class.clone() };
+            let message = if outcome.error_message.is_empty() {
+                "infrastructure error".into()
+            } else {
+                outcome.error_message.clone()
+            };
+            self.store
+                .end_attempt(a.task_id, a.epoch, "infra_error", Some(&message), now)?;
+            let cls = if outcome.error_class.is_empty() {
+                "executor".to_string()
+            } else {
+                outcome.error_class.clone()
+            };
             self.infra_failure(a.task_id, &cls, message, &node_id)?;
         } else {
-            self.store.end_attempt(a.task_id, a.epoch, "finished", None, now)?;
+            self.store
+                .end_attempt(a.task_id, a.epoch, "finished", None, now)?;
             let errored = class != FailureClass::None || !outcome.error_class.is_empty();
             let st = if outcome.success {
                 TaskState::Succeeded
@@ -825,11 +1016,24 @@ impl Core {
         for (task, n, epoch) in expired {
             self.leases.remove(&task);
             let node_id = self.nodes[n as usize].id.clone();
-            let reason = format!("lease expired: no heartbeat from {node_id} for {} ms", self.cfg.lease_ms);
+            let reason = format!(
+                "lease expired: no heartbeat from {node_id} for {} ms",
+                self.cfg.lease_ms
+            );
             tracing::warn!(task, epoch, node = %node_id, "lease expired; requeueing");
-            self.store.end_attempt(task, epoch, "lease_expired", Some(&reason), now_ms())?;
-            let attempt = Some(AttemptRef { task_id: task, epoch });
-            self.to_node(n, coordinator_message::Body::Revoke(Revoke { attempt, reason: reason.clone() }));
+            self.store
+                .end_attempt(task, epoch, "lease_expired", Some(&reason), now_ms())?;
+            let attempt = Some(AttemptRef {
+                task_id: task,
+                epoch,
+            });
+            self.to_node(
+                n,
+                coordinator_message::Body::Revoke(Revoke {
+                    attempt,
+                    reason: reason.clone(),
+                }),
+            );
             self.infra_failure(task, "lease_expired", reason, &node_id)?;
         }
         Ok(())
@@ -842,20 +1046,30 @@ impl Core {
             let hungry: Vec<NodeIdx> = self.hungry.iter().copied().collect();
             for n in hungry {
                 let node = &self.nodes[n as usize];
-                let kind = node.credits.iter().find(|(_, c)| **c > 0).map(|(k, _)| k.clone());
+                let kind = node
+                    .credits
+                    .iter()
+                    .find(|(_, c)| **c > 0)
+                    .map(|(k, _)| k.clone());
                 let (Some(kind), true) = (kind, node.in_sched) else {
                     self.hungry.remove(&n);
                     continue;
                 };
                 match self.sched.next_for(n, &kind) {
                     Some(pick) => {
-                        *self.nodes[n as usize].credits.get_mut(&kind).expect("credit") -= 1;
+                        *self.nodes[n as usize]
+                            .credits
+                            .get_mut(&kind)
+                            .expect("credit") -= 1;
                         self.grant(n, pick.task)?;
                         granted_any = true;
                     }
                     None => {
                         // Nothing of this kind for this node now; it keeps its credit for later.
-                        let more = self.nodes[n as usize].credits.iter().any(|(k, c)| *c > 0 && *k != kind);
+                        let more = self.nodes[n as usize]
+                            .credits
+                            .iter()
+                            .any(|(k, c)| *c > 0 && *k != kind);
                         if !more {
                             self.hungry.remove(&n);
                         }
@@ -873,7 +1087,13 @@ impl Core {
         let t = self.tasks.get_mut(&task).expect("known task");
         t.epoch += 1;
         t.node = Some(n);
-        let (epoch, run, kind, key, agent) = (t.epoch, t.run.clone(), t.kind.clone(), t.key.clone(), t.agent.clone());
+        let (epoch, run, kind, key, agent) = (
+            t.epoch,
+            t.run.clone(),
+            t.kind.clone(),
+            t.key.clone(),
+            t.agent.clone(),
+        );
         let node_id = self.nodes[n as usize].id.clone();
         self.store.record_grant(task, epoch, &node_id, now_ms())?;
         let info = self.store.grant_info(task)?;
@@ -881,9 +1101,19 @@ impl Core {
         let r = self.runs.get_mut(&run).expect("run");
         r.session_start.get_or_insert_with(Instant::now);
         let deadline = Instant::now() + Duration::from_millis(self.cfg.lease_ms);
-        self.leases.insert(task, Lease { node: n, epoch, deadline });
+        self.leases.insert(
+            task,
+            Lease {
+                node: n,
+                epoch,
+                deadline,
+            },
+        );
         let grant = Grant {
-            attempt: Some(AttemptRef { task_id: task, epoch }),
+            attempt: Some(AttemptRef {
+                task_id: task,
+                epoch,
+            }),
             run_id: run.to_string(),
             kind: kind.to_string(),
             affinity_key: key.to_string(),
@@ -909,12 +1139,20 @@ impl Core {
         for id in run_ids {
             let r = &self.runs[&id];
             let done = r.summary.state != "running";
-            if !done && r.last_publish.is_some_and(|t| now.duration_since(t) < Duration::from_millis(100)) {
+            if !done
+                && r.last_publish
+                    .is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
+            {
                 continue;
             }
             let progress = self.progress(&id);
             let r = self.runs.get_mut(&id).expect("run");
-            r.watchers.retain(|w| !matches!(w.try_send(Ok(progress.clone())), Err(mpsc::error::TrySendError::Closed(_))));
+            r.watchers.retain(|w| {
+                !matches!(
+                    w.try_send(Ok(progress.clone())),
+                    Err(mpsc::error::TrySendError::Closed(_))
+                )
+            });
             r.dirty = false;
             r.last_publish = Some(now);
             if done {
@@ -957,7 +1195,11 @@ impl Core {
             _ if remaining == 0 => 0.0,
             _ => -1.0,
         };
-        RunProgress { run: Some(s.clone()), nodes, eta_s }
+        RunProgress {
+            run: Some(s.clone()),
+            nodes,
+            eta_s,
+        }
     }
 }
 
@@ -1000,14 +1242,26 @@ fn record_from(o: Outcome, node_id: String) -> ResultRecord {
 fn new_run_id(created_ms: i64) -> String {
     let stamp = reprobench_proto::time::rfc3339_ms(created_ms);
     // 2026-11-30T08:51:57.123Z -> 20261130-085157
-    let compact: String = stamp.chars().filter(|c| c.is_ascii_digit()).take(14).collect();
-    format!("run-{}-{}-{}", &compact[..8], &compact[8..], crate::random_hex(3))
+    let compact: String = stamp
+        .chars()
+        .filter(|c| c.is_ascii_digit())
+        .take(14)
+        .collect();
+    format!(
+        "run-{}-{}-{}",
+        &compact[..8],
+        &compact[8..],
+        crate::random_hex(3)
+    )
 }
 
 /// Store states that count as a finished task.
 pub fn is_terminal(state_name: &str) -> bool {
     matches!(
         state_name,
-        store::state::SUCCEEDED | store::state::FAILED | store::state::ERRORED | store::state::CANCELLED
+        store::state::SUCCEEDED
+            | store::state::FAILED
+            | store::state::ERRORED
+            | store::state::CANCELLED
     )
 }

@@ -15,7 +15,10 @@ pub use server::{Coordinator, ServeConfig, ServeError, served_url, start};
 pub fn random_hex(n: usize) -> String {
     use std::io::Read;
     let mut buf = vec![0u8; n];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).is_err() {
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .is_err()
+    {
         // No /dev/urandom: fall back to time and pid, still unique enough for run ids.
         let seed = reprobench_proto::time::now_ms() as u64 ^ u64::from(std::process::id()) << 32;
         let mut rng = reprobench_proto::synthetic::SplitMix64::new(seed);

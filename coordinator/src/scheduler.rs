@@ -168,7 +168,9 @@ impl Scheduler {
     fn key_id(&mut self, key: &str) -> KeyId {
         let id = self.keys.id(key);
         if id as usize == self.key_points.len() {
-            let text_hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+            let text_hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
             self.key_points.push(mix(text_hash));
         }
         id
@@ -214,7 +216,8 @@ impl Scheduler {
                 let was_empty = queue.len() == 1;
                 let owner = q.owner_of(b.0, &self.key_points);
                 if was_empty {
-                    q.by_estimate.insert((expected_bits(&self.estimates, &b), b));
+                    q.by_estimate
+                        .insert((expected_bits(&self.estimates, &b), b));
                     if let Some(n) = owner {
                         q.shard.entry(n).or_default().insert(b);
                     }
@@ -238,8 +241,12 @@ impl Scheduler {
 
     /// Withdraws a pending task (its run was cancelled). Returns whether it was pending.
     pub fn remove(&mut self, task: TaskId) -> bool {
-        let Some((kind, b)) = self.location.remove(&task) else { return false };
-        let Some(q) = self.kinds.get_mut(&kind) else { return true };
+        let Some((kind, b)) = self.location.remove(&task) else {
+            return false;
+        };
+        let Some(q) = self.kinds.get_mut(&kind) else {
+            return true;
+        };
         match self.policy {
             Policy::AffinityStealing => {
                 q.refresh_ring(&self.key_points);
@@ -248,7 +255,8 @@ impl Scheduler {
                         queue.remove(pos);
                         let empty = queue.is_empty();
                         if empty {
-                            q.by_estimate.remove(&(expected_bits(&self.estimates, &b), b));
+                            q.by_estimate
+                                .remove(&(expected_bits(&self.estimates, &b), b));
                         }
                         if let Some(n) = q.owner_of(b.0, &self.key_points) {
                             q.add_backlog(n, -1);
@@ -262,7 +270,11 @@ impl Scheduler {
                 }
             }
             Policy::StaticRoundRobin => {
-                for queue in q.static_queues.values_mut().chain(std::iter::once(&mut q.static_unplaced)) {
+                for queue in q
+                    .static_queues
+                    .values_mut()
+                    .chain(std::iter::once(&mut q.static_unplaced))
+                {
                     queue.retain(|t| *t != task);
                 }
             }
@@ -280,12 +292,20 @@ impl Scheduler {
             Policy::AffinityStealing => {
                 q.refresh_ring(&self.key_points);
                 let estimates = &self.estimates;
-                let expected = |b: &BucketId| estimates.get(b).map_or(f64::INFINITY, |e| e.sum_s / f64::from(e.n));
-                let own = q.shard.get(&node).and_then(|s| best_bucket(s.iter(), &expected));
+                let expected = |b: &BucketId| {
+                    estimates
+                        .get(b)
+                        .map_or(f64::INFINITY, |e| e.sum_s / f64::from(e.n))
+                };
+                let own = q
+                    .shard
+                    .get(&node)
+                    .and_then(|s| best_bucket(s.iter(), &expected));
                 let affine = match own {
                     Some(b) => (b, node),
                     None => {
-                        let &(backlog, victim) = q.by_backlog.iter().rev().find(|(_, n)| *n != node)?;
+                        let &(backlog, victim) =
+                            q.by_backlog.iter().rev().find(|(_, n)| *n != node)?;
                         if backlog == 0 {
                             return None;
                         }
@@ -314,14 +334,18 @@ impl Scheduler {
                 let queue = q.buckets.get_mut(&bucket)?;
                 let task = queue.pop_front()?;
                 if queue.is_empty() {
-                    q.by_estimate.remove(&(expected_bits(estimates, &bucket), bucket));
+                    q.by_estimate
+                        .remove(&(expected_bits(estimates, &bucket), bucket));
                     if let Some(s) = q.shard.get_mut(&from) {
                         s.remove(&bucket);
                     }
                 }
                 q.add_backlog(from, -1);
                 self.warm.entry(node).or_default().insert(bucket.0);
-                Pick { task, stolen_from: (from != node).then_some(from) }
+                Pick {
+                    task,
+                    stolen_from: (from != node).then_some(from),
+                }
             }
             Policy::StaticRoundRobin => {
                 if !q.static_unplaced.is_empty() {
@@ -333,7 +357,10 @@ impl Scheduler {
                     }
                 }
                 let task = q.static_queues.get_mut(&node)?.pop_front()?;
-                Pick { task, stolen_from: None }
+                Pick {
+                    task,
+                    stolen_from: None,
+                }
             }
         };
         self.location.remove(&pick.task);
@@ -342,7 +369,9 @@ impl Scheduler {
 
     /// Not-started tasks in a node's shard for a kind.
     pub fn backlog(&mut self, node: NodeIdx, kind: &str) -> usize {
-        let Some(q) = self.kinds.get_mut(kind) else { return 0 };
+        let Some(q) = self.kinds.get_mut(kind) else {
+            return 0;
+        };
         q.refresh_ring(&self.key_points);
         match self.policy {
             Policy::AffinityStealing => q.backlog.get(&node).copied().unwrap_or(0),
@@ -357,7 +386,10 @@ impl Scheduler {
 }
 
 fn expected_bits(estimates: &HashMap<BucketId, Estimate>, b: &BucketId) -> u64 {
-    estimates.get(b).map_or(f64::INFINITY, |e| e.sum_s / f64::from(e.n)).to_bits()
+    estimates
+        .get(b)
+        .map_or(f64::INFINITY, |e| e.sum_s / f64::from(e.n))
+        .to_bits()
 }
 
 /// The bucket with the longest expected duration; ties broken by id so decisions are reproducible.
@@ -373,7 +405,11 @@ fn best_bucket<'a>(
 
 impl KindQueues {
     fn owner_of(&self, key: KeyId, points: &[u64]) -> Option<NodeIdx> {
-        self.owner.get(&key).copied().flatten().or_else(|| ring_owner(&self.ring, points[key as usize]))
+        self.owner
+            .get(&key)
+            .copied()
+            .flatten()
+            .or_else(|| ring_owner(&self.ring, points[key as usize]))
     }
 
     fn add_backlog(&mut self, node: NodeIdx, delta: isize) {
@@ -406,7 +442,9 @@ impl KindQueues {
         let mut owners: HashMap<KeyId, Option<NodeIdx>> = HashMap::new();
         let mut moves: Vec<(NodeIdx, BucketId, usize)> = Vec::new();
         for (b, queue) in &self.buckets {
-            let owner = *owners.entry(b.0).or_insert_with(|| ring_owner(ring, points[b.0 as usize]));
+            let owner = *owners
+                .entry(b.0)
+                .or_insert_with(|| ring_owner(ring, points[b.0 as usize]));
             if let (Some(n), false) = (owner, queue.is_empty()) {
                 moves.push((n, *b, queue.len()));
             }
@@ -450,7 +488,12 @@ mod tests {
     }
 
     fn enqueue(s: &mut Scheduler, id: TaskId, key: &str) {
-        s.enqueue(QueuedTask { id, kind: K, key, agent: "a" });
+        s.enqueue(QueuedTask {
+            id,
+            kind: K,
+            key,
+            agent: "a",
+        });
     }
 
     #[test]
@@ -517,7 +560,13 @@ mod tests {
         enqueue(&mut s, 1, &keys[0]);
         enqueue(&mut s, 2, &keys[1]);
         s.mark_warm(1, &keys[1]);
-        assert_eq!(s.next_for(1, K), Some(Pick { task: 2, stolen_from: Some(0) }));
+        assert_eq!(
+            s.next_for(1, K),
+            Some(Pick {
+                task: 2,
+                stolen_from: Some(0)
+            })
+        );
         // A task expected to take far longer than the warm one is not left for the tail.
         let mut s = sched(&[0, 1]);
         s.record_duration(&keys[0], "a", 100.0);
@@ -525,7 +574,13 @@ mod tests {
         enqueue(&mut s, 1, &keys[0]);
         enqueue(&mut s, 2, &keys[1]);
         s.mark_warm(1, &keys[1]);
-        assert_eq!(s.next_for(1, K), Some(Pick { task: 1, stolen_from: Some(0) }));
+        assert_eq!(
+            s.next_for(1, K),
+            Some(Pick {
+                task: 1,
+                stolen_from: Some(0)
+            })
+        );
     }
 
     #[test]
@@ -544,8 +599,20 @@ mod tests {
         s.record_duration(&theirs, "a", 10.0);
         enqueue(&mut s, 1, &mine);
         enqueue(&mut s, 2, &theirs);
-        assert_eq!(s.next_for(0, K), Some(Pick { task: 2, stolen_from: Some(1) }));
-        assert_eq!(s.next_for(0, K), Some(Pick { task: 1, stolen_from: None }));
+        assert_eq!(
+            s.next_for(0, K),
+            Some(Pick {
+                task: 2,
+                stolen_from: Some(1)
+            })
+        );
+        assert_eq!(
+            s.next_for(0, K),
+            Some(Pick {
+                task: 1,
+                stolen_from: None
+            })
+        );
     }
 
     #[test]
@@ -560,7 +627,8 @@ mod tests {
         assert_eq!(s.backlog(1, K), 0);
         assert_eq!(s.backlog(0, K) + s.backlog(2, K), 29);
         assert_eq!(s.next_for(1, K), None, "a removed node gets nothing");
-        let mut got: Vec<TaskId> = std::iter::from_fn(|| s.next_for(0, K).map(|p| p.task)).collect();
+        let mut got: Vec<TaskId> =
+            std::iter::from_fn(|| s.next_for(0, K).map(|p| p.task)).collect();
         got.sort();
         assert_eq!(got, (0..30).filter(|t| *t != 5).collect::<Vec<_>>());
     }
@@ -568,7 +636,12 @@ mod tests {
     #[test]
     fn tasks_wait_for_a_node_of_their_kind() {
         let mut s = Scheduler::new(Policy::AffinityStealing);
-        s.enqueue(QueuedTask { id: 1, kind: "docker", key: "img", agent: "a" });
+        s.enqueue(QueuedTask {
+            id: 1,
+            kind: "docker",
+            key: "img",
+            agent: "a",
+        });
         s.add_node(0, &[K.to_string()]);
         assert_eq!(s.next_for(0, "docker"), None);
         s.add_node(1, &["docker".to_string()]);

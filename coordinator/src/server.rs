@@ -63,7 +63,10 @@ pub enum ServeError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
-    move |source| ServeError::Io { path: path.to_path_buf(), source }
+    move |source| ServeError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// A running coordinator.
@@ -101,20 +104,28 @@ impl Coordinator {
 pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
     std::fs::create_dir_all(&cfg.data_dir).map_err(io_err(&cfg.data_dir))?;
     let lock = lock_data_dir(&cfg.data_dir)?;
-    let token_file = cfg.token_file.clone().unwrap_or_else(|| cfg.data_dir.join(TOKEN_FILE));
+    let token_file = cfg
+        .token_file
+        .clone()
+        .unwrap_or_else(|| cfg.data_dir.join(TOKEN_FILE));
     let token = ensure_token(&token_file)?;
     let store = Store::open(&cfg.data_dir)?;
     let (core, core_join) = core::spawn(store, cfg.core.clone())?;
 
     let listener = std::net::TcpListener::bind(cfg.listen).map_err(io_err(&cfg.data_dir))?;
-    listener.set_nonblocking(true).map_err(io_err(&cfg.data_dir))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(io_err(&cfg.data_dir))?;
     let addr = listener.local_addr().map_err(io_err(&cfg.data_dir))?;
     let listener = tokio::net::TcpListener::from_std(listener).map_err(io_err(&cfg.data_dir))?;
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
 
     let mut builder = Server::builder();
     let scheme = if let Some((cert, key)) = &cfg.tls {
-        let read = |p: &PathBuf| std::fs::read(p).map_err(|e| ServeError::Tls(format!("cannot read {}: {e}", p.display())));
+        let read = |p: &PathBuf| {
+            std::fs::read(p)
+                .map_err(|e| ServeError::Tls(format!("cannot read {}: {e}", p.display())))
+        };
         let identity = Identity::from_pem(read(cert)?, read(key)?);
         builder = builder
             .tls_config(ServerTlsConfig::new().identity(identity))
@@ -123,9 +134,24 @@ pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
     } else {
         "http"
     };
-    let auth = TokenCheck { expected: Arc::from(format!("Bearer {token}")), token_file: token_file.clone() };
-    let nodes = NodeServiceServer::with_interceptor(NodeApi { core: core.clone(), conns: Arc::new(AtomicU64::new(1)) }, auth.clone());
-    let runs = RunServiceServer::with_interceptor(RunApi { core: core.clone(), data_dir: cfg.data_dir.clone() }, auth);
+    let auth = TokenCheck {
+        expected: Arc::from(format!("Bearer {token}")),
+        token_file: token_file.clone(),
+    };
+    let nodes = NodeServiceServer::with_interceptor(
+        NodeApi {
+            core: core.clone(),
+            conns: Arc::new(AtomicU64::new(1)),
+        },
+        auth.clone(),
+    );
+    let runs = RunServiceServer::with_interceptor(
+        RunApi {
+            core: core.clone(),
+            data_dir: cfg.data_dir.clone(),
+        },
+        auth,
+    );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let server = tokio::spawn(
         builder
@@ -142,7 +168,17 @@ pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
     let address_path = cfg.data_dir.join(ADDRESS_FILE);
     std::fs::write(&address_path, format!("{address}\n")).map_err(io_err(&address_path))?;
     tracing::info!(%url, data = %cfg.data_dir.display(), "coordinator serving");
-    Ok(Coordinator { addr, token, token_file, address_file: address_path, core, core_join: Some(core_join), stop: Some(stop_tx), server, _lock: lock })
+    Ok(Coordinator {
+        addr,
+        token,
+        token_file,
+        address_file: address_path,
+        core,
+        core_join: Some(core_join),
+        stop: Some(stop_tx),
+        server,
+        _lock: lock,
+    })
 }
 
 /// Reads the address file a live coordinator wrote into a data directory.
@@ -155,7 +191,12 @@ pub fn served_url(data_dir: &Path) -> Option<String> {
 fn lock_data_dir(dir: &Path) -> Result<std::fs::File, ServeError> {
     use std::os::fd::AsRawFd;
     let path = dir.join(LOCK_FILE);
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(io_err(&path))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io_err(&path))?;
     // SAFETY: flock on a valid descriptor we own; the lock lives as long as the file handle.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
@@ -170,7 +211,12 @@ pub fn ensure_token(path: &Path) -> Result<String, ServeError> {
         Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(ServeError::Io { path: path.to_path_buf(), source: e }),
+        Err(e) => {
+            return Err(ServeError::Io {
+                path: path.to_path_buf(),
+                source: e,
+            });
+        }
     }
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io_err(parent))?;
@@ -195,11 +241,19 @@ struct TokenCheck {
 
 impl tonic::service::Interceptor for TokenCheck {
     fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
-        let given = req.metadata().get(TOKEN_METADATA_KEY).map(|v| v.as_bytes()).unwrap_or_default();
+        let given = req
+            .metadata()
+            .get(TOKEN_METADATA_KEY)
+            .map(|v| v.as_bytes())
+            .unwrap_or_default();
         if constant_time_eq(given, self.expected.as_bytes()) {
             Ok(req)
         } else {
-            let what = if given.is_empty() { "no join token was presented" } else { "the join token is wrong" };
+            let what = if given.is_empty() {
+                "no join token was presented"
+            } else {
+                "the join token is wrong"
+            };
             Err(Status::unauthenticated(format!(
                 "{what}; the coordinator's token is in {} on the coordinator's machine: copy it and pass --token-file",
                 self.token_file.display()
@@ -219,36 +273,62 @@ struct NodeApi {
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-async fn ask<T>(core: &CoreHandle, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, Status> {
+async fn ask<T>(
+    core: &CoreHandle,
+    make: impl FnOnce(oneshot::Sender<T>) -> Command,
+) -> Result<T, Status> {
     let (tx, rx) = oneshot::channel();
     core.send(make(tx))?;
-    rx.await.map_err(|_| Status::unavailable("the coordinator is shutting down; retry shortly"))
+    rx.await
+        .map_err(|_| Status::unavailable("the coordinator is shutting down; retry shortly"))
 }
 
 #[tonic::async_trait]
 impl NodeService for NodeApi {
-    async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<RegisterResponse>, Status> {
+    async fn register(
+        &self,
+        req: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterResponse>, Status> {
         let req = req.into_inner();
-        ask(&self.core, |reply| Command::Register { req, reply }).await?.map(Response::new)
+        ask(&self.core, |reply| Command::Register { req, reply })
+            .await?
+            .map(Response::new)
     }
 
     type WorkStream = BoxStream<CoordinatorMessage>;
 
-    async fn work(&self, req: Request<Streaming<NodeMessage>>) -> Result<Response<Self::WorkStream>, Status> {
+    async fn work(
+        &self,
+        req: Request<Streaming<NodeMessage>>,
+    ) -> Result<Response<Self::WorkStream>, Status> {
         let mut inbound = req.into_inner();
         let first = inbound.message().await?.and_then(|m| m.body);
         let Some(node_message::Body::Hello(hello)) = first else {
-            return Err(Status::invalid_argument("the first message on a Work stream must be Hello"));
+            return Err(Status::invalid_argument(
+                "the first message on a Work stream must be Hello",
+            ));
         };
         let node_id = hello.node_id.clone();
         let conn = self.conns.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.core.send(Command::Connect { node_id: node_id.clone(), conn, hello, out: tx })?;
+        self.core.send(Command::Connect {
+            node_id: node_id.clone(),
+            conn,
+            hello,
+            out: tx,
+        })?;
         let core = self.core.clone();
         tokio::spawn(async move {
             while let Ok(Some(msg)) = inbound.message().await {
                 if let Some(body) = msg.body {
-                    if core.send(Command::FromNode { node_id: node_id.clone(), conn, body }).is_err() {
+                    if core
+                        .send(Command::FromNode {
+                            node_id: node_id.clone(),
+                            conn,
+                            body,
+                        })
+                        .is_err()
+                    {
                         return;
                     }
                 }
@@ -266,45 +346,79 @@ struct RunApi {
 
 #[tonic::async_trait]
 impl RunService for RunApi {
-    async fn submit_run(&self, req: Request<SubmitRunRequest>) -> Result<Response<SubmitRunResponse>, Status> {
+    async fn submit_run(
+        &self,
+        req: Request<SubmitRunRequest>,
+    ) -> Result<Response<SubmitRunResponse>, Status> {
         let r = req.into_inner();
-        ask(&self.core, |reply| Command::Submit { sweep_toml: r.sweep_toml, resume: r.resume_existing, reply })
-            .await?
-            .map(Response::new)
+        ask(&self.core, |reply| Command::Submit {
+            sweep_toml: r.sweep_toml,
+            resume: r.resume_existing,
+            reply,
+        })
+        .await?
+        .map(Response::new)
     }
 
     type WatchRunStream = BoxStream<RunProgress>;
 
-    async fn watch_run(&self, req: Request<WatchRunRequest>) -> Result<Response<Self::WatchRunStream>, Status> {
+    async fn watch_run(
+        &self,
+        req: Request<WatchRunRequest>,
+    ) -> Result<Response<Self::WatchRunStream>, Status> {
         let (tx, rx) = mpsc::channel(16);
-        self.core.send(Command::Watch { run_id: req.into_inner().run_id, tx })?;
+        self.core.send(Command::Watch {
+            run_id: req.into_inner().run_id,
+            tx,
+        })?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn cancel_run(&self, req: Request<CancelRunRequest>) -> Result<Response<CancelRunResponse>, Status> {
+    async fn cancel_run(
+        &self,
+        req: Request<CancelRunRequest>,
+    ) -> Result<Response<CancelRunResponse>, Status> {
         let run_id = req.into_inner().run_id;
         let n = ask(&self.core, |reply| Command::Cancel { run_id, reply }).await??;
         Ok(Response::new(CancelRunResponse { cancelled_tasks: n }))
     }
 
-    async fn list_runs(&self, _req: Request<ListRunsRequest>) -> Result<Response<ListRunsResponse>, Status> {
-        Ok(Response::new(ask(&self.core, |reply| Command::List { reply }).await?))
+    async fn list_runs(
+        &self,
+        _req: Request<ListRunsRequest>,
+    ) -> Result<Response<ListRunsResponse>, Status> {
+        Ok(Response::new(
+            ask(&self.core, |reply| Command::List { reply }).await?,
+        ))
     }
 
     type ExportResultsStream = BoxStream<ResultRow>;
 
-    async fn export_results(&self, req: Request<ExportResultsRequest>) -> Result<Response<Self::ExportResultsStream>, Status> {
+    async fn export_results(
+        &self,
+        req: Request<ExportResultsRequest>,
+    ) -> Result<Response<Self::ExportResultsStream>, Status> {
         let run_id = req.into_inner().run_id;
         let dir = self.data_dir.clone();
         let rows = tokio::task::spawn_blocking(move || -> Result<Vec<ResultRow>, Status> {
             let store = Store::open_read_only(&dir).map_err(|e| Status::internal(e.to_string()))?;
-            if store.sweep_toml(&run_id).map_err(|e| Status::internal(e.to_string()))?.is_none() {
-                return Err(Status::not_found(format!("no run `{run_id}`; `reprobench status` lists the runs")));
+            if store
+                .sweep_toml(&run_id)
+                .map_err(|e| Status::internal(e.to_string()))?
+                .is_none()
+            {
+                return Err(Status::not_found(format!(
+                    "no run `{run_id}`; `reprobench status` lists the runs"
+                )));
             }
-            store.results(&run_id).map_err(|e| Status::internal(e.to_string()))
+            store
+                .results(&run_id)
+                .map_err(|e| Status::internal(e.to_string()))
         })
         .await
         .map_err(|e| Status::internal(e.to_string()))??;
-        Ok(Response::new(Box::pin(tokio_stream::iter(rows.into_iter().map(Ok)))))
+        Ok(Response::new(Box::pin(tokio_stream::iter(
+            rows.into_iter().map(Ok),
+        ))))
     }
 }

@@ -50,7 +50,12 @@ pub struct SimReport {
 
 /// Runs the simulation.
 pub fn simulate(cfg: &SimConfig) -> SimReport {
-    let dataset = SyntheticDataset { tasks: cfg.tasks, mean_ms: cfg.mean_ms, sigma: cfg.sigma, keys: cfg.keys };
+    let dataset = SyntheticDataset {
+        tasks: cfg.tasks,
+        mean_ms: cfg.mean_ms,
+        sigma: cfg.sigma,
+        keys: cfg.keys,
+    };
     let instances = dataset.instances(cfg.seed);
     let durations: Vec<f64> = instances.iter().map(|i| i.duration_ms as f64).collect();
     let total_slots = f64::from(cfg.nodes * cfg.slots_per_node);
@@ -71,7 +76,12 @@ pub fn simulate(cfg: &SimConfig) -> SimReport {
             sched.add_node(n, &kinds);
         }
         for (id, inst) in instances.iter().enumerate() {
-            sched.enqueue(QueuedTask { id: id as u64, kind, key: &inst.affinity_key, agent: "synthetic" });
+            sched.enqueue(QueuedTask {
+                id: id as u64,
+                kind,
+                key: &inst.affinity_key,
+                agent: "synthetic",
+            });
         }
     });
 
@@ -79,7 +89,11 @@ pub fn simulate(cfg: &SimConfig) -> SimReport {
     let mut events: BinaryHeap<Reverse<(u64, NodeIdx, u64)>> = BinaryHeap::new();
     let mut steals = 0u64;
     let mut completed = 0u64;
-    let mut start = |sched: &mut Scheduler, node: NodeIdx, now_us: u64, events: &mut BinaryHeap<_>, in_sched: &mut Duration| {
+    let mut start = |sched: &mut Scheduler,
+                     node: NodeIdx,
+                     now_us: u64,
+                     events: &mut BinaryHeap<_>,
+                     in_sched: &mut Duration| {
         let t = Instant::now();
         let pick = sched.next_for(node, kind);
         *in_sched += t.elapsed();
@@ -100,7 +114,11 @@ pub fn simulate(cfg: &SimConfig) -> SimReport {
         completed += 1;
         let inst = &instances[task as usize];
         let t = Instant::now();
-        sched.record_duration(&inst.affinity_key, "synthetic", durations[task as usize] / 1000.0);
+        sched.record_duration(
+            &inst.affinity_key,
+            "synthetic",
+            durations[task as usize] / 1000.0,
+        );
         in_sched += t.elapsed();
         start(&mut sched, node, t_us, &mut events, &mut in_sched);
     }
@@ -108,7 +126,11 @@ pub fn simulate(cfg: &SimConfig) -> SimReport {
     SimReport {
         makespan_ms,
         lower_bound_ms,
-        makespan_ratio: if lower_bound_ms > 0.0 { makespan_ms / lower_bound_ms } else { 1.0 },
+        makespan_ratio: if lower_bound_ms > 0.0 {
+            makespan_ms / lower_bound_ms
+        } else {
+            1.0
+        },
         scheduler_time: in_sched,
         scheduler_us_per_task: in_sched.as_secs_f64() * 1e6 / f64::from(cfg.tasks.max(1)),
         steals,
@@ -121,7 +143,16 @@ mod tests {
     use super::*;
 
     fn cfg(policy: Policy) -> SimConfig {
-        SimConfig { nodes: 20, slots_per_node: 2, tasks: 2_000, mean_ms: 100.0, sigma: 1.0, keys: 20, seed: 1, policy }
+        SimConfig {
+            nodes: 20,
+            slots_per_node: 2,
+            tasks: 2_000,
+            mean_ms: 100.0,
+            sigma: 1.0,
+            keys: 20,
+            seed: 1,
+            policy,
+        }
     }
 
     #[test]
@@ -129,7 +160,11 @@ mod tests {
         for policy in [Policy::AffinityStealing, Policy::StaticRoundRobin] {
             let r = simulate(&cfg(policy));
             assert_eq!(r.completed, 2_000, "{policy:?}");
-            assert!(r.makespan_ratio >= 1.0 - 1e-9, "{policy:?}: {}", r.makespan_ratio);
+            assert!(
+                r.makespan_ratio >= 1.0 - 1e-9,
+                "{policy:?}: {}",
+                r.makespan_ratio
+            );
         }
     }
 
@@ -138,6 +173,11 @@ mod tests {
         let ours = simulate(&cfg(Policy::AffinityStealing));
         let baseline = simulate(&cfg(Policy::StaticRoundRobin));
         assert!(ours.steals > 0);
-        assert!(ours.makespan_ratio < baseline.makespan_ratio, "{} vs {}", ours.makespan_ratio, baseline.makespan_ratio);
+        assert!(
+            ours.makespan_ratio < baseline.makespan_ratio,
+            "{} vs {}",
+            ours.makespan_ratio,
+            baseline.makespan_ratio
+        );
     }
 }

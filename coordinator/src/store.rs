@@ -280,11 +280,16 @@ impl Store {
     /// Opens (creating if needed) the store in `data_dir` for writing.
     pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
         let path = data_dir.join(DB_FILE);
-        let conn = Connection::open(&path).map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
+        let conn = Connection::open(&path).map_err(|source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        })?;
         let store = Store { conn, path };
         store
             .conn
-            .execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=5000;")
+            .execute_batch(
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=5000;",
+            )
             .map_err(|e| store.err(e))?;
         store.conn.execute_batch(SCHEMA).map_err(|e| store.err(e))?;
         Ok(store)
@@ -296,20 +301,32 @@ impl Store {
         if !path.exists() {
             return Err(StoreError::Missing(path));
         }
-        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .map_err(|source| StoreError::Sqlite { path: path.clone(), source })?;
+        let conn = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(
+            |source| StoreError::Sqlite {
+                path: path.clone(),
+                source,
+            },
+        )?;
         let store = Store { conn, path };
-        store.conn.execute_batch("PRAGMA busy_timeout=5000;").map_err(|e| store.err(e))?;
+        store
+            .conn
+            .execute_batch("PRAGMA busy_timeout=5000;")
+            .map_err(|e| store.err(e))?;
         Ok(store)
     }
 
     fn err(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite { path: self.path.clone(), source }
+        StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        }
     }
 
     /// Starts the batch transaction.
     pub fn begin(&self) -> Result<(), StoreError> {
-        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| self.err(e))
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
+            .map_err(|e| self.err(e))
     }
 
     /// Commits the batch transaction (fsync'd: synchronous=FULL).
@@ -318,7 +335,12 @@ impl Store {
     }
 
     /// Inserts a run and its tasks; returns the new task ids in order.
-    pub fn insert_run(&self, run: &LoadedRun, sweep_toml: &str, tasks: &[NewTask]) -> Result<Vec<u64>, StoreError> {
+    pub fn insert_run(
+        &self,
+        run: &LoadedRun,
+        sweep_toml: &str,
+        tasks: &[NewTask],
+    ) -> Result<Vec<u64>, StoreError> {
         self.conn
             .execute(
                 "INSERT INTO runs(run_id, name, sweep_toml, sweep_hash, state, tasks, max_attempts, created_at_ms) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
@@ -335,8 +357,20 @@ impl Store {
         let mut ids = Vec::with_capacity(tasks.len());
         for t in tasks {
             stmt.execute(params![
-                run.run_id, t.track, t.dataset, t.instance_id, t.repo_or_app, t.bug_type, t.agent, t.variant,
-                t.backbone, t.repeat, t.kind, t.affinity_key, t.payload, t.ground_truth_actions
+                run.run_id,
+                t.track,
+                t.dataset,
+                t.instance_id,
+                t.repo_or_app,
+                t.bug_type,
+                t.agent,
+                t.variant,
+                t.backbone,
+                t.repeat,
+                t.kind,
+                t.affinity_key,
+                t.payload,
+                t.ground_truth_actions
             ])
             .map_err(|e| self.err(e))?;
             ids.push(self.conn.last_insert_rowid() as u64);
@@ -345,12 +379,26 @@ impl Store {
     }
 
     /// Sets a run's state (and finish time).
-    pub fn set_run_state(&self, run_id: &str, state: &str, finished_at_ms: Option<i64>) -> Result<(), StoreError> {
-        self.exec("UPDATE runs SET state=?2, finished_at_ms=?3 WHERE run_id=?1", params![run_id, state, finished_at_ms])
+    pub fn set_run_state(
+        &self,
+        run_id: &str,
+        state: &str,
+        finished_at_ms: Option<i64>,
+    ) -> Result<(), StoreError> {
+        self.exec(
+            "UPDATE runs SET state=?2, finished_at_ms=?3 WHERE run_id=?1",
+            params![run_id, state, finished_at_ms],
+        )
     }
 
     /// Records a grant: the task is leased to `node` under `epoch`, and an attempt row opens.
-    pub fn record_grant(&self, task_id: u64, epoch: u64, node: &str, now_ms: i64) -> Result<(), StoreError> {
+    pub fn record_grant(
+        &self,
+        task_id: u64,
+        epoch: u64,
+        node: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         self.exec(
             "UPDATE tasks SET state='leased', epoch=?2, node_id=?3 WHERE task_id=?1",
             params![task_id as i64, epoch as i64, node],
@@ -362,7 +410,14 @@ impl Store {
     }
 
     /// Closes an attempt with a status and reason.
-    pub fn end_attempt(&self, task_id: u64, epoch: u64, status: &str, reason: Option<&str>, now_ms: i64) -> Result<(), StoreError> {
+    pub fn end_attempt(
+        &self,
+        task_id: u64,
+        epoch: u64,
+        status: &str,
+        reason: Option<&str>,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         self.exec(
             "UPDATE attempts SET status=?3, reason=?4, ended_at_ms=?5 WHERE task_id=?1 AND epoch=?2",
             params![task_id as i64, epoch as i64, status, reason, now_ms],
@@ -370,7 +425,12 @@ impl Store {
     }
 
     /// Notes that a result for an old attempt arrived and was refused.
-    pub fn mark_late_result(&self, task_id: u64, epoch: u64, now_ms: i64) -> Result<(), StoreError> {
+    pub fn mark_late_result(
+        &self,
+        task_id: u64,
+        epoch: u64,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         self.exec(
             "UPDATE attempts SET late_result_rejected_at_ms=?3 WHERE task_id=?1 AND epoch=?2",
             params![task_id as i64, epoch as i64, now_ms],
@@ -378,7 +438,12 @@ impl Store {
     }
 
     /// Sets a task's state (and infra failure count).
-    pub fn set_task_state(&self, task_id: u64, state: &str, infra_failures: u32) -> Result<(), StoreError> {
+    pub fn set_task_state(
+        &self,
+        task_id: u64,
+        state: &str,
+        infra_failures: u32,
+    ) -> Result<(), StoreError> {
         self.exec(
             "UPDATE tasks SET state=?2, infra_failures=?3 WHERE task_id=?1",
             params![task_id as i64, state, infra_failures],
@@ -386,7 +451,13 @@ impl Store {
     }
 
     /// Writes a task's result row (at most one per task: the primary key enforces it).
-    pub fn insert_result(&self, task_id: u64, run_id: &str, epoch: u64, r: &ResultRecord) -> Result<(), StoreError> {
+    pub fn insert_result(
+        &self,
+        task_id: u64,
+        run_id: &str,
+        epoch: u64,
+        r: &ResultRecord,
+    ) -> Result<(), StoreError> {
         let mut stmt = self
             .conn
             .prepare_cached(
@@ -396,17 +467,40 @@ impl Store {
             )
             .map_err(|e| self.err(e))?;
         stmt.execute(params![
-            task_id as i64, run_id, epoch as i64, r.success, r.verdict, r.error_class, r.error_message,
-            r.llm_calls as i64, r.tokens_in as i64, r.tokens_out as i64, r.tokens_cached as i64, r.cost_usd, r.wall_s,
-            r.actions, r.trace_len, r.feedback_iterations, r.localized_files_correct, r.started_at_ms, r.finished_at_ms,
-            r.node_id, r.artifact_path
+            task_id as i64,
+            run_id,
+            epoch as i64,
+            r.success,
+            r.verdict,
+            r.error_class,
+            r.error_message,
+            r.llm_calls as i64,
+            r.tokens_in as i64,
+            r.tokens_out as i64,
+            r.tokens_cached as i64,
+            r.cost_usd,
+            r.wall_s,
+            r.actions,
+            r.trace_len,
+            r.feedback_iterations,
+            r.localized_files_correct,
+            r.started_at_ms,
+            r.finished_at_ms,
+            r.node_id,
+            r.artifact_path
         ])
         .map_err(|e| self.err(e))?;
         Ok(())
     }
 
     /// Records a node's registration.
-    pub fn upsert_node(&self, node_id: &str, hostname: &str, slots: &str, now_ms: i64) -> Result<(), StoreError> {
+    pub fn upsert_node(
+        &self,
+        node_id: &str,
+        hostname: &str,
+        slots: &str,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         self.exec(
             "INSERT INTO nodes(node_id, hostname, slots, registered_at_ms) VALUES (?1,?2,?3,?4)
              ON CONFLICT(node_id) DO UPDATE SET hostname=excluded.hostname, slots=excluded.slots, registered_at_ms=excluded.registered_at_ms",
@@ -421,7 +515,11 @@ impl Store {
             .prepare_cached("SELECT instance_id, variant, payload FROM tasks WHERE task_id=?1")
             .map_err(|e| self.err(e))?;
         stmt.query_row([task_id as i64], |r| {
-            Ok(GrantInfo { instance_id: r.get(0)?, variant: r.get(1)?, payload: r.get(2)? })
+            Ok(GrantInfo {
+                instance_id: r.get(0)?,
+                variant: r.get(1)?,
+                payload: r.get(2)?,
+            })
         })
         .map_err(|e| self.err(e))
     }
@@ -610,7 +708,10 @@ impl Store {
                         _ => {}
                     }
                 }
-                s.retried_attempts = retried.iter().find(|(r, _)| *r == run.run_id).map_or(0, |(_, n)| *n as u64);
+                s.retried_attempts = retried
+                    .iter()
+                    .find(|(r, _)| *r == run.run_id)
+                    .map_or(0, |(_, n)| *n as u64);
                 s
             })
             .collect())
@@ -619,7 +720,11 @@ impl Store {
     /// The stored sweep TOML of a run.
     pub fn sweep_toml(&self, run_id: &str) -> Result<Option<String>, StoreError> {
         self.conn
-            .query_row("SELECT sweep_toml FROM runs WHERE run_id=?1", [run_id], |r| r.get(0))
+            .query_row(
+                "SELECT sweep_toml FROM runs WHERE run_id=?1",
+                [run_id],
+                |r| r.get(0),
+            )
             .optional()
             .map_err(|e| self.err(e))
     }

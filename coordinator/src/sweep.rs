@@ -38,7 +38,8 @@ pub fn expand(spec: &SweepSpec) -> Result<Vec<NewTask>, ExpandError> {
                                 repeat,
                                 kind: "synthetic".into(),
                                 affinity_key: inst.affinity_key.clone(),
-                                payload: serde_json::to_string(&payload).expect("payload serializes"),
+                                payload: serde_json::to_string(&payload)
+                                    .expect("payload serializes"),
                                 ground_truth_actions: None,
                             });
                         }
@@ -50,7 +51,10 @@ pub fn expand(spec: &SweepSpec) -> Result<Vec<NewTask>, ExpandError> {
     Ok(tasks)
 }
 
-fn resolve_dataset(name: &str, seed: u64) -> Result<Vec<synthetic::SyntheticInstance>, ExpandError> {
+fn resolve_dataset(
+    name: &str,
+    seed: u64,
+) -> Result<Vec<synthetic::SyntheticInstance>, ExpandError> {
     match SyntheticDataset::parse(name) {
         Some(Ok(d)) => Ok(d.instances(seed)),
         Some(Err(e)) => Err(ExpandError(e)),
@@ -71,7 +75,12 @@ fn check_agent(agent: &str, dataset: &str) -> Result<(), ExpandError> {
 }
 
 fn task_seed(seed: u64, index: u64, repeat: u32, variant: &str, backbone: &str) -> u64 {
-    let mut h = fnv1a(seed.to_le_bytes().iter().chain(index.to_le_bytes().iter()).copied());
+    let mut h = fnv1a(
+        seed.to_le_bytes()
+            .iter()
+            .chain(index.to_le_bytes().iter())
+            .copied(),
+    );
     h ^= u64::from(repeat).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     h ^ fnv1a(variant.bytes().chain([0]).chain(backbone.bytes()))
 }
@@ -82,7 +91,9 @@ pub fn sweep_hash(spec: &SweepSpec) -> String {
 }
 
 fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
-    bytes.fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+    bytes.fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[cfg(test)]
@@ -100,8 +111,10 @@ mod tests {
         );
         let tasks = expand(&s).unwrap();
         assert_eq!(tasks.len(), (5 + 3) * 2 * 2);
-        let cells: std::collections::BTreeSet<_> =
-            tasks.iter().map(|t| (&t.dataset, &t.instance_id, &t.variant, t.repeat)).collect();
+        let cells: std::collections::BTreeSet<_> = tasks
+            .iter()
+            .map(|t| (&t.dataset, &t.instance_id, &t.variant, t.repeat))
+            .collect();
         assert_eq!(cells.len(), tasks.len(), "every task is a distinct cell");
         assert_eq!(expand(&s).unwrap().len(), tasks.len());
         assert_eq!(sweep_hash(&s), sweep_hash(&spec(&s.to_toml())));
@@ -109,9 +122,15 @@ mod tests {
 
     #[test]
     fn unknown_dataset_and_wrong_agent_are_named() {
-        let e = expand(&spec("name='m'\ndatasets=['nope']\n[[agents]]\nname='synthetic'\n")).unwrap_err();
+        let e = expand(&spec(
+            "name='m'\ndatasets=['nope']\n[[agents]]\nname='synthetic'\n",
+        ))
+        .unwrap_err();
         assert!(e.0.contains("`nope`"), "{e}");
-        let e = expand(&spec("name='m'\ndatasets=['synthetic:2:1']\n[[agents]]\nname='libro'\n")).unwrap_err();
+        let e = expand(&spec(
+            "name='m'\ndatasets=['synthetic:2:1']\n[[agents]]\nname='libro'\n",
+        ))
+        .unwrap_err();
         assert!(e.0.contains("`libro`"), "{e}");
     }
 }

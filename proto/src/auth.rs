@@ -28,16 +28,22 @@ pub enum ClientError {
         source: std::io::Error,
     },
     /// The token file holds no usable token.
-    #[error("the token file {0} is empty or not plain text; copy the coordinator's DATA_DIR/token again")]
+    #[error(
+        "the token file {0} is empty or not plain text; copy the coordinator's DATA_DIR/token again"
+    )]
     BadToken(PathBuf),
     /// The URL is malformed.
-    #[error("coordinator URL `{0}` is not valid; write it like http://HOST:PORT (https:// with --tls-ca)")]
+    #[error(
+        "coordinator URL `{0}` is not valid; write it like http://HOST:PORT (https:// with --tls-ca)"
+    )]
     BadUrl(String),
     /// TLS settings cannot be used.
     #[error("TLS setup failed: {0}")]
     Tls(String),
     /// The coordinator did not answer.
-    #[error("cannot reach the coordinator at {url}: {reason}. Is `reprobench serve` running there, and is the address right?")]
+    #[error(
+        "cannot reach the coordinator at {url}: {reason}. Is `reprobench serve` running there, and is the address right?"
+    )]
     Unreachable {
         /// The URL that was tried.
         url: String,
@@ -48,8 +54,10 @@ pub enum ClientError {
 
 /// Reads a join token from a file (surrounding whitespace ignored).
 pub fn read_token(path: &Path) -> Result<String, ClientError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ClientError::TokenFile { path: path.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| ClientError::TokenFile {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let token = text.trim().to_string();
     if token.is_empty() || !token.chars().all(|c| c.is_ascii_graphic()) {
         return Err(ClientError::BadToken(path.to_path_buf()));
@@ -64,14 +72,17 @@ pub struct TokenInterceptor(MetadataValue<Ascii>);
 impl TokenInterceptor {
     /// An interceptor for `token` (which must be printable ASCII, as [`read_token`] ensures).
     pub fn new(token: &str) -> Self {
-        let value = format!("Bearer {token}").parse().unwrap_or_else(|_| MetadataValue::from_static(""));
+        let value = format!("Bearer {token}")
+            .parse()
+            .unwrap_or_else(|_| MetadataValue::from_static(""));
         TokenInterceptor(value)
     }
 }
 
 impl Interceptor for TokenInterceptor {
     fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
-        req.metadata_mut().insert(TOKEN_METADATA_KEY, self.0.clone());
+        req.metadata_mut()
+            .insert(TOKEN_METADATA_KEY, self.0.clone());
         Ok(req)
     }
 }
@@ -97,20 +108,30 @@ impl CoordinatorAddress {
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(20));
         if let Some(ca) = &self.tls_ca {
-            let pem = std::fs::read(ca).map_err(|e| ClientError::Tls(format!("cannot read CA file {}: {e}", ca.display())))?;
+            let pem = std::fs::read(ca).map_err(|e| {
+                ClientError::Tls(format!("cannot read CA file {}: {e}", ca.display()))
+            })?;
             let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
-            endpoint = endpoint.tls_config(tls).map_err(|e| ClientError::Tls(e.to_string()))?;
+            endpoint = endpoint
+                .tls_config(tls)
+                .map_err(|e| ClientError::Tls(e.to_string()))?;
         } else if self.url.starts_with("https://") {
             return Err(ClientError::Tls(format!(
                 "{} is https but no --tls-ca was given; pass the CA certificate that signed the coordinator's certificate",
                 self.url
             )));
         }
-        let channel = endpoint.connect().await.map_err(|e| ClientError::Unreachable {
-            url: self.url.clone(),
-            reason: error_chain(&e),
-        })?;
-        Ok(InterceptedService::new(channel, TokenInterceptor::new(&self.token)))
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| ClientError::Unreachable {
+                url: self.url.clone(),
+                reason: error_chain(&e),
+            })?;
+        Ok(InterceptedService::new(
+            channel,
+            TokenInterceptor::new(&self.token),
+        ))
     }
 }
 

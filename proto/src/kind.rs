@@ -31,7 +31,9 @@ impl std::str::FromStr for SlotSpec {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let (kind, n) = s.split_once('=').ok_or_else(|| {
-            SlotSpecError(format!("slots `{s}` should look like KIND=N, e.g. synthetic=4"))
+            SlotSpecError(format!(
+                "slots `{s}` should look like KIND=N, e.g. synthetic=4"
+            ))
         })?;
         if !EXECUTOR_KINDS.contains(&kind) {
             return Err(SlotSpecError(format!(
@@ -47,7 +49,10 @@ impl std::str::FromStr for SlotSpec {
                 "slot count in `{s}` must be between 1 and 4096"
             )));
         }
-        Ok(SlotSpec { kind: kind.to_string(), slots })
+        Ok(SlotSpec {
+            kind: kind.to_string(),
+            slots,
+        })
     }
 }
 

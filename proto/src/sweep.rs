@@ -145,10 +145,15 @@ impl SweepSpec {
             return bad("`name` must not be empty".into());
         }
         if self.datasets.is_empty() {
-            return bad("`datasets` is empty; name at least one, e.g. datasets = [\"synthetic:100:20\"]".into());
+            return bad(
+                "`datasets` is empty; name at least one, e.g. datasets = [\"synthetic:100:20\"]"
+                    .into(),
+            );
         }
         if self.agents.is_empty() {
-            return bad("no `[[agents]]` entry; add one, e.g. [[agents]] name = \"synthetic\"".into());
+            return bad(
+                "no `[[agents]]` entry; add one, e.g. [[agents]] name = \"synthetic\"".into(),
+            );
         }
         if self.repeats == 0 {
             return bad("`repeats` must be at least 1".into());
@@ -158,7 +163,10 @@ impl SweepSpec {
         }
         for a in &self.agents {
             if a.variants.is_empty() {
-                return bad(format!("agent `{}` lists no variants; omit `variants` for [\"full\"]", a.name));
+                return bad(format!(
+                    "agent `{}` lists no variants; omit `variants` for [\"full\"]",
+                    a.name
+                ));
             }
         }
         let mut names = std::collections::BTreeSet::new();
@@ -227,11 +235,15 @@ max_cost_usd = 2.0
 
     #[test]
     fn defaults_and_errors() {
-        let s = SweepSpec::from_toml("name='x'\ndatasets=['synthetic:3:1']\n[[agents]]\nname='synthetic'\n").unwrap();
+        let s = SweepSpec::from_toml(
+            "name='x'\ndatasets=['synthetic:3:1']\n[[agents]]\nname='synthetic'\n",
+        )
+        .unwrap();
         assert_eq!(s.agents[0].variants, vec!["full"]);
         assert_eq!(s.backbone_names(), vec!["none"]);
         assert_eq!(s.budget, Budget::default());
-        let err = SweepSpec::from_toml("name='x'\ndatasets=[]\n[[agents]]\nname='a'\n").unwrap_err();
+        let err =
+            SweepSpec::from_toml("name='x'\ndatasets=[]\n[[agents]]\nname='a'\n").unwrap_err();
         assert!(err.to_string().contains("datasets"), "{err}");
         let err = SweepSpec::from_toml("name='x'\ndatasets=['d']\nagents=[]\n").unwrap_err();
         assert!(err.to_string().contains("[[agents]]"), "{err}");

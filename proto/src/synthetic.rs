@@ -65,7 +65,9 @@ impl SyntheticDataset {
         let rest = name.strip_prefix(DATASET_PREFIX)?;
         let parts: Vec<&str> = rest.split(':').collect();
         let usage = || {
-            format!("dataset `{name}`: write synthetic:N:MEAN_MS or synthetic:N:MEAN_MS:SIGMA, e.g. synthetic:200:20")
+            format!(
+                "dataset `{name}`: write synthetic:N:MEAN_MS or synthetic:N:MEAN_MS:SIGMA, e.g. synthetic:200:20"
+            )
         };
         if !(2..=3).contains(&parts.len()) {
             return Some(Err(usage()));
@@ -75,7 +77,12 @@ impl SyntheticDataset {
             let mean_ms: f64 = parts[1].parse().ok()?;
             let sigma: f64 = parts.get(2).map_or(Some(1.0), |s| s.parse().ok())?;
             (tasks >= 1 && mean_ms >= 0.0 && mean_ms.is_finite() && (0.0..=4.0).contains(&sigma))
-                .then_some(SyntheticDataset { tasks, mean_ms, sigma, keys: DEFAULT_KEYS })
+                .then_some(SyntheticDataset {
+                    tasks,
+                    mean_ms,
+                    sigma,
+                    keys: DEFAULT_KEYS,
+                })
         })();
         Some(parsed.ok_or_else(usage))
     }
@@ -92,7 +99,11 @@ impl SyntheticDataset {
             .map(|i| {
                 let key = (rng.next_u64() % u64::from(self.keys)) as usize;
                 let log_d = mu + key_effects[key] + task_sd * rng.next_normal();
-                let duration_ms = if self.mean_ms == 0.0 { 0 } else { log_d.exp().round() as u64 };
+                let duration_ms = if self.mean_ms == 0.0 {
+                    0
+                } else {
+                    log_d.exp().round() as u64
+                };
                 SyntheticInstance {
                     instance_id: format!("synthetic-{i:05}"),
                     affinity_key: format!("synthetic-key-{key:02}"),
@@ -143,23 +154,36 @@ mod tests {
     #[test]
     fn parses_names() {
         assert!(SyntheticDataset::parse("swt-lite").is_none());
-        let d = SyntheticDataset::parse("synthetic:200:20").unwrap().unwrap();
+        let d = SyntheticDataset::parse("synthetic:200:20")
+            .unwrap()
+            .unwrap();
         assert_eq!((d.tasks, d.mean_ms, d.sigma), (200, 20.0, 1.0));
-        let d = SyntheticDataset::parse("synthetic:5:100:0").unwrap().unwrap();
+        let d = SyntheticDataset::parse("synthetic:5:100:0")
+            .unwrap()
+            .unwrap();
         assert_eq!(d.sigma, 0.0);
-        assert!(SyntheticDataset::parse("synthetic:abc:20").unwrap().is_err());
+        assert!(
+            SyntheticDataset::parse("synthetic:abc:20")
+                .unwrap()
+                .is_err()
+        );
         assert!(SyntheticDataset::parse("synthetic:10").unwrap().is_err());
     }
 
     #[test]
     fn durations_are_seeded_log_normal_around_the_mean() {
-        let d = SyntheticDataset::parse("synthetic:20000:50").unwrap().unwrap();
+        let d = SyntheticDataset::parse("synthetic:20000:50")
+            .unwrap()
+            .unwrap();
         let a = d.instances(7);
         assert_eq!(a, d.instances(7));
         assert_ne!(a, d.instances(8));
         let mean = a.iter().map(|i| i.duration_ms as f64).sum::<f64>() / a.len() as f64;
         assert!((40.0..60.0).contains(&mean), "mean {mean}");
-        let logs: Vec<f64> = a.iter().map(|i| (i.duration_ms.max(1) as f64).ln()).collect();
+        let logs: Vec<f64> = a
+            .iter()
+            .map(|i| (i.duration_ms.max(1) as f64).ln())
+            .collect();
         let lm = logs.iter().sum::<f64>() / logs.len() as f64;
         let sd = (logs.iter().map(|x| (x - lm).powi(2)).sum::<f64>() / logs.len() as f64).sqrt();
         assert!((0.85..1.15).contains(&sd), "log sd {sd}");
@@ -171,13 +195,19 @@ mod tests {
     fn zero_mean_and_zero_sigma() {
         let d = SyntheticDataset::parse("synthetic:10:0").unwrap().unwrap();
         assert!(d.instances(1).iter().all(|i| i.duration_ms == 0));
-        let d = SyntheticDataset::parse("synthetic:10:300:0").unwrap().unwrap();
+        let d = SyntheticDataset::parse("synthetic:10:300:0")
+            .unwrap()
+            .unwrap();
         assert!(d.instances(1).iter().all(|i| i.duration_ms == 300));
     }
 
     #[test]
     fn success_is_seeded() {
-        let p = |seed| SyntheticPayload { duration_ms: 0, success_probability: 0.8, seed };
+        let p = |seed| SyntheticPayload {
+            duration_ms: 0,
+            success_probability: 0.8,
+            seed,
+        };
         let wins = (0..10_000).filter(|s| p(*s).succeeds()).count();
         assert!((7_700..8_300).contains(&wins), "{wins}");
         assert_eq!(p(3).succeeds(), p(3).succeeds());

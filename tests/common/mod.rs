@@ -1,0 +1,317 @@
+//! Helpers for integration tests that start real `reprobench` processes on loopback.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_reprobench")
+}
+
+/// Polls `f` until it returns `Some`, or panics after `within` with `what` and the cluster's logs.
+pub fn poll<T>(
+    within: Duration,
+    what: &str,
+    logs: impl Fn() -> String,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "timed out after {within:?} waiting for {what}\n--- logs ---\n{}",
+                logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// A coordinator and nodes started as separate processes, killed when dropped.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub serve: Option<Child>,
+    pub nodes: Vec<(String, Child)>,
+    pub url: String,
+    pub listen: String,
+    pub lease_ms: u64,
+    pub heartbeat_ms: u64,
+}
+
+impl Cluster {
+    /// Starts `serve` on a free loopback port with the given lease timing.
+    pub fn start(lease_ms: u64, heartbeat_ms: u64) -> Cluster {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut c = Cluster {
+            dir,
+            serve: None,
+            nodes: Vec::new(),
+            url: String::new(),
+            listen: "127.0.0.1:0".into(),
+            lease_ms,
+            heartbeat_ms,
+        };
+        c.start_serve();
+        c
+    }
+
+    pub fn data(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn token_file(&self) -> PathBuf {
+        self.data().join("token")
+    }
+
+    fn log(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(format!("{name}.log")))
+            .expect("log file")
+    }
+
+    /// (Re)starts the coordinator on the same data dir and address.
+    pub fn start_serve(&mut self) {
+        let address_file = self.data().join("serve.json");
+        let _ = std::fs::remove_file(&address_file);
+        let child = Command::new(bin())
+            .args(["serve", "--data"])
+            .arg(self.data())
+            .args(["--listen", &self.listen])
+            .args([
+                "--lease-ms",
+                &self.lease_ms.to_string(),
+                "--heartbeat-ms",
+                &self.heartbeat_ms.to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(self.log("serve"))
+            .stderr(self.log("serve"))
+            .spawn()
+            .expect("start serve");
+        self.serve = Some(child);
+        let url = poll(
+            Duration::from_secs(20),
+            "serve.json",
+            || self.logs(),
+            || {
+                let text = std::fs::read_to_string(&address_file).ok()?;
+                let v: Value = serde_json::from_str(&text).ok()?;
+                v["url"].as_str().map(str::to_string)
+            },
+        );
+        self.listen = url.trim_start_matches("http://").to_string();
+        self.url = url;
+    }
+
+    /// Kills the coordinator with SIGKILL and reaps it.
+    pub fn kill_serve(&mut self) {
+        let mut c = self.serve.take().expect("serve running");
+        c.kill().expect("kill serve");
+        c.wait().expect("reap serve");
+    }
+
+    /// Starts a node process.
+    pub fn start_node(&mut self, name: &str, slots: &str) {
+        let child = Command::new(bin())
+            .args(["node", "--coordinator", &self.url, "--token-file"])
+            .arg(self.token_file())
+            .args(["--slots", slots, "--name", name, "--drain-timeout-s", "30"])
+            .stdin(Stdio::null())
+            .stdout(self.log(name))
+            .stderr(self.log(name))
+            .spawn()
+            .expect("start node");
+        self.nodes.push((name.to_string(), child));
+    }
+
+    pub fn node_pid(&self, name: &str) -> i32 {
+        self.nodes
+            .iter()
+            .find(|(n, _)| n == name)
+            .expect("node")
+            .1
+            .id() as i32
+    }
+
+    pub fn node_mut(&mut self, name: &str) -> &mut Child {
+        &mut self
+            .nodes
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .expect("node")
+            .1
+    }
+
+    /// Runs a CLI command and returns its output.
+    pub fn cli(&self, args: &[&str]) -> Output {
+        Command::new(bin())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run cli")
+    }
+
+    /// Writes a sweep file and submits it detached; returns the run id.
+    pub fn submit(&self, dataset: &str) -> String {
+        let sweep = self
+            .dir
+            .path()
+            .join(format!("sweep-{}.toml", dataset.replace(':', "_")));
+        std::fs::write(&sweep, format!("name = \"test\"\ndatasets = [\"{dataset}\"]\nseed = 3\n[[agents]]\nname = \"synthetic\"\n")).unwrap();
+        let token = self.token_file();
+        let out = self.cli(&[
+            "run",
+            sweep.to_str().unwrap(),
+            "--coordinator",
+            &self.url,
+            "--token-file",
+            token.to_str().unwrap(),
+            "--detach",
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "submit failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        let v: Value = serde_json::from_slice(&out.stdout).expect("submit json");
+        v["run_id"].as_str().unwrap().to_string()
+    }
+
+    /// `status RUN --attempts --json` read from the store.
+    pub fn status(&self, run: &str) -> Value {
+        let data = self.data();
+        let out = self.cli(&[
+            "status",
+            run,
+            "--attempts",
+            "--json",
+            "--data",
+            data.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("status json")
+    }
+
+    pub fn done(status: &Value) -> u64 {
+        ["succeeded", "failed", "errored"]
+            .iter()
+            .map(|k| status[k].as_u64().unwrap())
+            .sum()
+    }
+
+    /// Waits until the run is no longer running.
+    pub fn wait_finished(&self, run: &str, within: Duration) -> Value {
+        poll(
+            within,
+            "the run to finish",
+            || self.logs(),
+            || {
+                let s = self.status(run);
+                (s["state"] != "running").then_some(s)
+            },
+        )
+    }
+
+    /// Result rows (JSONL export from the store).
+    pub fn results(&self, run: &str) -> Vec<Value> {
+        let data = self.data();
+        let out = self.cli(&[
+            "results",
+            run,
+            "--format",
+            "jsonl",
+            "--data",
+            data.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "results failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// All process logs, for failure messages.
+    pub fn logs(&self) -> String {
+        logs_in(self.dir.path())
+    }
+}
+
+/// The tails of the `*.log` files in a directory.
+pub fn logs_in(dir: &Path) -> String {
+    {
+        let mut s = String::new();
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == "log") {
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(40).collect();
+                    s.push_str(&format!(
+                        "== {}\n{}\n",
+                        p.display(),
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    ));
+                }
+            }
+        }
+        s
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.nodes {
+            send(c.id() as i32, libc::SIGCONT);
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(c) = &mut self.serve {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sends a signal to a process.
+pub fn send(pid: i32, sig: i32) {
+    // SAFETY: signalling a child process of this test.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// Exactly one result row per (instance, repeat) and `n` of them.
+pub fn assert_one_result_per_task(rows: &[Value], n: usize) {
+    let keys: std::collections::BTreeSet<(String, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["instance_id"].as_str().unwrap().to_string(),
+                r["repeat"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows.len(), n, "result rows");
+    assert_eq!(keys.len(), n, "distinct tasks among the result rows");
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
