@@ -257,11 +257,11 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                 }
                 Ok(None) => {
                     // The coordinator closes the stream when the run ends; confirm by listing.
-                    if let Some(s) = find_run(address, run_id).await.ok().flatten() {
-                        if s.state != "running" {
-                            overall.finish();
-                            return Ok(s);
-                        }
+                    if let Some(s) = find_run(address, run_id).await.ok().flatten()
+                        && s.state != "running"
+                    {
+                        overall.finish();
+                        return Ok(s);
                     }
                     break;
                 }

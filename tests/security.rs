@@ -122,3 +122,53 @@ fn register(version: u32) -> RegisterRequest {
         binary_version: "test".into(),
     }
 }
+
+#[test]
+fn a_tls_cluster_runs_and_plain_clients_are_told_what_to_pass() {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let dir = tempfile::tempdir().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&leaf_key, &issuer)
+        .unwrap();
+    let write = |name: &str, text: String| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let ca = write("ca.pem", ca_cert.pem());
+    let cert = write("cert.pem", leaf.pem());
+    let key = write("key.pem", leaf_key.serialize_pem());
+
+    let mut c = Cluster::start_with(
+        dir,
+        2_000,
+        200,
+        vec!["--tls-cert".into(), cert, "--tls-key".into(), key],
+        vec!["--tls-ca".into(), ca],
+    );
+    assert!(c.url.starts_with("https://"), "{}", c.url);
+    c.start_node("secure", "synthetic=2");
+    let run = c.submit("synthetic:20:5");
+    let s = c.wait_finished(&run, Duration::from_secs(60));
+    assert_eq!(s["state"], "finished");
+    common::assert_one_result_per_task(&c.results(&run), 20);
+
+    // Without the CA, a client is refused before anything is sent, and told why.
+    let token = c.token_file();
+    let out = c.cli(&[
+        "status",
+        "--coordinator",
+        &c.url,
+        "--token-file",
+        token.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-ca"));
+}

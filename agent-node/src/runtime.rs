@@ -321,10 +321,10 @@ impl Node {
             let reason = loop {
                 match inbound.message().await {
                     Ok(Some(m)) => {
-                        if let Some(body) = m.body {
-                            if events.send(Event::Inbound { generation, body }).is_err() {
-                                return;
-                            }
+                        if let Some(body) = m.body
+                            && events.send(Event::Inbound { generation, body }).is_err()
+                        {
+                            return;
                         }
                     }
                     Ok(None) => break "the coordinator closed the stream".to_string(),
@@ -446,11 +446,11 @@ impl Node {
                 }
             }
             Body::Revoke(r) | Body::Cancel(r) => {
-                if let Some(a) = r.attempt {
-                    if let Some(run) = self.running.get(&a) {
-                        tracing::warn!(task = a.task_id, epoch = a.epoch, reason = %r.reason, "attempt stopped by the coordinator");
-                        run.cancel.cancel();
-                    }
+                if let Some(a) = r.attempt
+                    && let Some(run) = self.running.get(&a)
+                {
+                    tracing::warn!(task = a.task_id, epoch = a.epoch, reason = %r.reason, "attempt stopped by the coordinator");
+                    run.cancel.cancel();
                 }
             }
             Body::ResultAck(ack) => {

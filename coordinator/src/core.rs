@@ -411,7 +411,7 @@ impl Core {
         })));
     }
 
-    fn to_node(&mut self, node: NodeIdx, body: coordinator_message::Body) {
+    fn send_to_node(&mut self, node: NodeIdx, body: coordinator_message::Body) {
         if let Some((_, tx)) = &self.nodes[node as usize].conn {
             self.effects.push(Effect::Node(tx.clone(), body));
         }
@@ -430,19 +430,18 @@ impl Core {
                 node_id,
                 conn,
                 body,
-            } => self.from_node(&node_id, conn, body),
+            } => self.on_node_message(&node_id, conn, body),
             Command::Disconnect { node_id, conn } => {
-                if let Some(&n) = self.node_index.get(&node_id) {
-                    if self.nodes[n as usize]
+                if let Some(&n) = self.node_index.get(&node_id)
+                    && self.nodes[n as usize]
                         .conn
                         .as_ref()
                         .is_some_and(|(c, _)| *c == conn)
-                    {
-                        tracing::info!(node = %node_id, "node disconnected; its leases run until they expire");
-                        self.nodes[n as usize].conn = None;
-                        self.nodes[n as usize].credits.clear();
-                        self.leave_sched(n);
-                    }
+                {
+                    tracing::info!(node = %node_id, "node disconnected; its leases run until they expire");
+                    self.nodes[n as usize].conn = None;
+                    self.nodes[n as usize].credits.clear();
+                    self.leave_sched(n);
                 }
                 Ok(())
             }
@@ -603,7 +602,7 @@ impl Core {
         Ok(())
     }
 
-    fn from_node(
+    fn on_node_message(
         &mut self,
         node_id: &str,
         conn: u64,
@@ -612,10 +611,10 @@ impl Core {
         let Some(&n) = self.node_index.get(node_id) else {
             return Ok(());
         };
-        if !self.nodes[n as usize]
+        if self.nodes[n as usize]
             .conn
             .as_ref()
-            .is_some_and(|(c, _)| *c == conn)
+            .is_none_or(|(c, _)| *c != conn)
         {
             return Ok(()); // a superseded stream
         }
@@ -680,7 +679,7 @@ impl Core {
                     let epoch = self.tasks.get(&a.task_id).map_or(0, |t| t.epoch);
                     let reason =
                         format!("lease lost: the task is now at attempt {epoch} or closed");
-                    self.to_node(
+                    self.send_to_node(
                         n,
                         coordinator_message::Body::Revoke(Revoke {
                             attempt: Some(*a),
@@ -691,7 +690,7 @@ impl Core {
             }
         }
         let lease_ms = self.cfg.lease_ms;
-        self.to_node(
+        self.send_to_node(
             n,
             coordinator_message::Body::Renewal(LeaseRenewal { renewed, lease_ms }),
         );
@@ -814,7 +813,7 @@ impl Core {
                 self.store
                     .end_attempt(id, epoch, "cancelled", Some("run cancelled"), now)?;
                 let attempt = Some(AttemptRef { task_id: id, epoch });
-                self.to_node(
+                self.send_to_node(
                     n,
                     coordinator_message::Body::Cancel(Revoke {
                         attempt,
@@ -936,7 +935,7 @@ impl Core {
             })
         };
         let Some(t) = self.tasks.get(&a.task_id) else {
-            self.to_node(n, ack(false, "unknown task".into()));
+            self.send_to_node(n, ack(false, "unknown task".into()));
             return Ok(());
         };
         let current = self
@@ -946,7 +945,7 @@ impl Core {
         if !current {
             let duplicate = t.result_epoch == Some(a.epoch) && t.node == Some(n);
             if duplicate {
-                self.to_node(n, ack(true, "already recorded".into()));
+                self.send_to_node(n, ack(true, "already recorded".into()));
             } else {
                 let reason = match t.state {
                     TaskState::Cancelled => "the run was cancelled".to_string(),
@@ -954,7 +953,7 @@ impl Core {
                 };
                 tracing::warn!(task = a.task_id, epoch = a.epoch, node = %node_id, %reason, "late result rejected");
                 self.store.mark_late_result(a.task_id, a.epoch, now_ms())?;
-                self.to_node(n, ack(false, reason));
+                self.send_to_node(n, ack(false, reason));
             }
             return Ok(());
         }
@@ -994,7 +993,7 @@ impl Core {
             let record = record_from(outcome, node_id);
             self.finish(a.task_id, st, &record)?;
         }
-        self.to_node(n, ack(true, String::new()));
+        self.send_to_node(n, ack(true, String::new()));
         Ok(())
     }
 
@@ -1027,7 +1026,7 @@ impl Core {
                 task_id: task,
                 epoch,
             });
-            self.to_node(
+            self.send_to_node(
                 n,
                 coordinator_message::Body::Revoke(Revoke {
                     attempt,
@@ -1124,7 +1123,7 @@ impl Core {
             lease_ms: self.cfg.lease_ms,
             attempt_number: epoch as u32,
         };
-        self.to_node(n, coordinator_message::Body::Grant(grant));
+        self.send_to_node(n, coordinator_message::Body::Grant(grant));
         Ok(())
     }
 

@@ -250,21 +250,19 @@ impl Scheduler {
         match self.policy {
             Policy::AffinityStealing => {
                 q.refresh_ring(&self.key_points);
-                if let Some(queue) = q.buckets.get_mut(&b) {
-                    if let Some(pos) = queue.iter().position(|t| *t == task) {
-                        queue.remove(pos);
-                        let empty = queue.is_empty();
-                        if empty {
-                            q.by_estimate
-                                .remove(&(expected_bits(&self.estimates, &b), b));
-                        }
-                        if let Some(n) = q.owner_of(b.0, &self.key_points) {
-                            q.add_backlog(n, -1);
-                            if empty {
-                                if let Some(s) = q.shard.get_mut(&n) {
-                                    s.remove(&b);
-                                }
-                            }
+                if let Some(queue) = q.buckets.get_mut(&b)
+                    && let Some(pos) = queue.iter().position(|t| *t == task)
+                {
+                    queue.remove(pos);
+                    let empty = queue.is_empty();
+                    if empty {
+                        q.by_estimate
+                            .remove(&(expected_bits(&self.estimates, &b), b));
+                    }
+                    if let Some(n) = q.owner_of(b.0, &self.key_points) {
+                        q.add_backlog(n, -1);
+                        if empty && let Some(s) = q.shard.get_mut(&n) {
+                            s.remove(&b);
                         }
                     }
                 }

@@ -320,17 +320,16 @@ impl NodeService for NodeApi {
         let core = self.core.clone();
         tokio::spawn(async move {
             while let Ok(Some(msg)) = inbound.message().await {
-                if let Some(body) = msg.body {
-                    if core
+                if let Some(body) = msg.body
+                    && core
                         .send(Command::FromNode {
                             node_id: node_id.clone(),
                             conn,
                             body,
                         })
                         .is_err()
-                    {
-                        return;
-                    }
+                {
+                    return;
                 }
             }
             let _ = core.send(Command::Disconnect { node_id, conn });

@@ -174,13 +174,13 @@ impl SweepSpec {
             if !names.insert(&b.name) {
                 return bad(format!("backbone name `{}` appears twice", b.name));
             }
-            if let Some(env) = &b.api_key_env {
-                if env.starts_with("sk-") || env.len() > 64 {
-                    return bad(format!(
-                        "backbone `{}`: api_key_env must name an environment variable, not hold a key",
-                        b.name
-                    ));
-                }
+            if let Some(env) = &b.api_key_env
+                && (env.starts_with("sk-") || env.len() > 64)
+            {
+                return bad(format!(
+                    "backbone `{}`: api_key_env must name an environment variable, not hold a key",
+                    b.name
+                ));
             }
         }
         Ok(())

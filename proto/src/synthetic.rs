@@ -89,7 +89,7 @@ impl SyntheticDataset {
 
     /// The instances, fully determined by `seed`.
     pub fn instances(&self, seed: u64) -> Vec<SyntheticInstance> {
-        let mut rng = SplitMix64::new(seed ^ 0x5EED_0F_5A17);
+        let mut rng = SplitMix64::new(seed ^ 0x005E_ED0F_5A17);
         let key_sd = 0.8 * self.sigma;
         let task_sd = 0.6 * self.sigma;
         let key_effects: Vec<f64> = (0..self.keys).map(|_| key_sd * rng.next_normal()).collect();

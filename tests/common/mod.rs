@@ -42,12 +42,32 @@ pub struct Cluster {
     pub listen: String,
     pub lease_ms: u64,
     pub heartbeat_ms: u64,
+    /// Extra arguments for `serve` (TLS).
+    pub serve_args: Vec<String>,
+    /// Extra arguments for nodes and clients (TLS CA).
+    pub client_args: Vec<String>,
 }
 
 impl Cluster {
     /// Starts `serve` on a free loopback port with the given lease timing.
     pub fn start(lease_ms: u64, heartbeat_ms: u64) -> Cluster {
-        let dir = tempfile::tempdir().expect("temp dir");
+        Cluster::start_with(
+            tempfile::tempdir().expect("temp dir"),
+            lease_ms,
+            heartbeat_ms,
+            vec![],
+            vec![],
+        )
+    }
+
+    /// Starts `serve` in `dir` with extra serve and client arguments.
+    pub fn start_with(
+        dir: tempfile::TempDir,
+        lease_ms: u64,
+        heartbeat_ms: u64,
+        serve_args: Vec<String>,
+        client_args: Vec<String>,
+    ) -> Cluster {
         let mut c = Cluster {
             dir,
             serve: None,
@@ -56,6 +76,8 @@ impl Cluster {
             listen: "127.0.0.1:0".into(),
             lease_ms,
             heartbeat_ms,
+            serve_args,
+            client_args,
         };
         c.start_serve();
         c
@@ -91,6 +113,7 @@ impl Cluster {
                 "--heartbeat-ms",
                 &self.heartbeat_ms.to_string(),
             ])
+            .args(&self.serve_args)
             .stdin(Stdio::null())
             .stdout(self.log("serve"))
             .stderr(self.log("serve"))
@@ -107,7 +130,7 @@ impl Cluster {
                 v["url"].as_str().map(str::to_string)
             },
         );
-        self.listen = url.trim_start_matches("http://").to_string();
+        self.listen = url.split("://").nth(1).unwrap_or(&url).to_string();
         self.url = url;
     }
 
@@ -124,6 +147,7 @@ impl Cluster {
             .args(["node", "--coordinator", &self.url, "--token-file"])
             .arg(self.token_file())
             .args(["--slots", slots, "--name", name, "--drain-timeout-s", "30"])
+            .args(&self.client_args)
             .stdin(Stdio::null())
             .stdout(self.log(name))
             .stderr(self.log(name))
@@ -167,16 +191,21 @@ impl Cluster {
             .join(format!("sweep-{}.toml", dataset.replace(':', "_")));
         std::fs::write(&sweep, format!("name = \"test\"\ndatasets = [\"{dataset}\"]\nseed = 3\n[[agents]]\nname = \"synthetic\"\n")).unwrap();
         let token = self.token_file();
-        let out = self.cli(&[
-            "run",
-            sweep.to_str().unwrap(),
-            "--coordinator",
-            &self.url,
-            "--token-file",
-            token.to_str().unwrap(),
-            "--detach",
-            "--json",
-        ]);
+        let out = self.cli(
+            &[
+                "run",
+                sweep.to_str().unwrap(),
+                "--coordinator",
+                &self.url,
+                "--token-file",
+                token.to_str().unwrap(),
+                "--detach",
+                "--json",
+            ]
+            .into_iter()
+            .chain(self.client_args.iter().map(String::as_str))
+            .collect::<Vec<_>>(),
+        );
         assert!(
             out.status.success(),
             "submit failed: {}\n{}",
