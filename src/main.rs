@@ -53,7 +53,8 @@ enum Command {
 /// Where a client finds the coordinator or its store.
 #[derive(Args, Clone)]
 struct Target {
-    /// Data directory of a coordinator on this machine (reads the store directly where it can).
+    /// Data directory: the local cluster's with --local-nodes; otherwise a coordinator's on this
+    /// machine (its store is read directly where possible) [default: reprobench-data].
     #[arg(long, value_name = "DIR", conflicts_with = "coordinator")]
     data: Option<PathBuf>,
     /// Coordinator URL, e.g. http://10.0.0.5:7077.

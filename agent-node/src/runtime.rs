@@ -238,6 +238,13 @@ enum ConnectFailure {
 }
 
 impl Node {
+    /// The node's own lease length: a tenth shorter than the coordinator's, so the node gives
+    /// work up before the coordinator can grant it to someone else.
+    fn local_lease(&self, lease_ms: u64) -> Duration {
+        let ms = if lease_ms == 0 { self.lease_ms } else { lease_ms };
+        Duration::from_millis(ms - ms / 10)
+    }
+
     fn past_drain(&self, grace: Duration) -> bool {
         self.drain_deadline
             .is_some_and(|d| Instant::now() >= d + grace)
@@ -399,8 +406,7 @@ impl Node {
                 };
                 *free -= 1;
                 let cancel = CancellationToken::new();
-                let local_deadline =
-                    Instant::now() + Duration::from_millis(g.lease_ms.max(self.lease_ms));
+                let local_deadline = Instant::now() + self.local_lease(g.lease_ms);
                 self.running.insert(
                     attempt,
                     RunningAttempt {
@@ -438,7 +444,7 @@ impl Node {
                     .as_mut()
                     .and_then(|c| c.unanswered.pop_front())
                     .unwrap_or_else(Instant::now);
-                let deadline = sent_at + Duration::from_millis(r.lease_ms);
+                let deadline = sent_at + self.local_lease(r.lease_ms);
                 for a in r.renewed {
                     if let Some(run) = self.running.get_mut(&a) {
                         run.local_deadline = run.local_deadline.max(deadline);
