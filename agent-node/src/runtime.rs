@@ -241,7 +241,11 @@ impl Node {
     /// The node's own lease length: a tenth shorter than the coordinator's, so the node gives
     /// work up before the coordinator can grant it to someone else.
     fn local_lease(&self, lease_ms: u64) -> Duration {
-        let ms = if lease_ms == 0 { self.lease_ms } else { lease_ms };
+        let ms = if lease_ms == 0 {
+            self.lease_ms
+        } else {
+            lease_ms
+        };
         Duration::from_millis(ms - ms / 10)
     }
 

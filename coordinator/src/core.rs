@@ -210,7 +210,10 @@ struct Core {
     nodes: Vec<NodeMem>,
     node_index: HashMap<String, NodeIdx>,
     leases: HashMap<TaskId, Lease>,
+    /// Nodes with credit that may find work; a node leaves it when nothing fits it right now.
     hungry: BTreeSet<NodeIdx>,
+    /// Work was queued since the last dispatch: every node with credit gets to look again.
+    work_added: bool,
     strings: HashSet<Arc<str>>,
     effects: Vec<Effect>,
 }
@@ -228,6 +231,7 @@ impl Core {
             node_index: HashMap::new(),
             leases: HashMap::new(),
             hungry: BTreeSet::new(),
+            work_added: false,
             strings: HashSet::new(),
             effects: Vec::new(),
         };
@@ -774,6 +778,7 @@ impl Core {
             });
             self.tasks.insert(*id, mem);
         }
+        self.work_added = true;
         let r = self.runs.get_mut(&run_key).expect("just added");
         r.summary.pending = tasks.len() as u64;
         if tasks.is_empty() {
@@ -845,6 +850,7 @@ impl Core {
     }
 
     fn requeue(&mut self, task: TaskId) -> Result<(), StoreError> {
+        self.work_added = true;
         let t = self.tasks.get_mut(&task).expect("known task");
         t.node = None;
         let infra = t.infra_failures;
@@ -1040,6 +1046,13 @@ impl Core {
 
     /// Grants pending work to nodes that asked for it, one task per node per round.
     fn dispatch(&mut self) -> Result<(), StoreError> {
+        if std::mem::take(&mut self.work_added) {
+            for (i, node) in self.nodes.iter().enumerate() {
+                if node.in_sched && node.credits.values().any(|c| *c > 0) {
+                    self.hungry.insert(i as NodeIdx);
+                }
+            }
+        }
         while self.sched.pending() > 0 && !self.hungry.is_empty() {
             let mut granted_any = false;
             let hungry: Vec<NodeIdx> = self.hungry.iter().copied().collect();
@@ -1263,4 +1276,234 @@ pub fn is_terminal(state_name: &str) -> bool {
             | store::state::ERRORED
             | store::state::CANCELLED
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reprobench_proto::v1::{Credit, Heartbeat, SlotCount};
+
+    /// A core on a temporary store, with one fake node's channels.
+    struct Harness {
+        _dir: tempfile::TempDir,
+        core: CoreHandle,
+        join: Option<std::thread::JoinHandle<()>>,
+        out: mpsc::UnboundedReceiver<Result<CoordinatorMessage, Status>>,
+    }
+
+    fn ask<T>(core: &CoreHandle, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> T {
+        let (tx, rx) = oneshot::channel();
+        core.send(make(tx)).unwrap();
+        rx.blocking_recv().unwrap()
+    }
+
+    impl Harness {
+        fn new(lease_ms: u64) -> Harness {
+            let dir = tempfile::tempdir().unwrap();
+            let store = Store::open(dir.path()).unwrap();
+            let cfg = CoreConfig {
+                lease_ms,
+                heartbeat_ms: lease_ms / 4,
+                policy: Policy::AffinityStealing,
+            };
+            let (core, join) = spawn(store, cfg).unwrap();
+            let req = RegisterRequest {
+                protocol_version: reprobench_proto::PROTOCOL_VERSION,
+                node_id: "n".into(),
+                hostname: "h".into(),
+                slots: vec![SlotCount {
+                    kind: "synthetic".into(),
+                    slots: 4,
+                }],
+                binary_version: "t".into(),
+            };
+            ask(&core, |reply| Command::Register { req, reply }).unwrap();
+            let (tx, out) = mpsc::unbounded_channel();
+            let hello = Hello {
+                node_id: "n".into(),
+                free: vec![SlotCount {
+                    kind: "synthetic".into(),
+                    slots: 1,
+                }],
+                ..Default::default()
+            };
+            core.send(Command::Connect {
+                node_id: "n".into(),
+                conn: 1,
+                hello,
+                out: tx,
+            })
+            .unwrap();
+            Harness {
+                _dir: dir,
+                core,
+                join: Some(join),
+                out,
+            }
+        }
+
+        fn submit(&self, dataset: &str, max_attempts: u32) -> String {
+            let sweep = format!(
+                "name='t'\ndatasets=['{dataset}']\nmax_attempts={max_attempts}\n[[agents]]\nname='synthetic'\n"
+            );
+            ask(&self.core, |reply| Command::Submit {
+                sweep_toml: sweep,
+                resume: false,
+                reply,
+            })
+            .unwrap()
+            .run_id
+        }
+
+        fn send(&self, body: node_message::Body) {
+            self.core
+                .send(Command::FromNode {
+                    node_id: "n".into(),
+                    conn: 1,
+                    body,
+                })
+                .unwrap();
+        }
+
+        /// The next message of the wanted kind (skipping lease renewals).
+        fn next(&mut self) -> coordinator_message::Body {
+            loop {
+                let m = self
+                    .out
+                    .blocking_recv()
+                    .expect("core alive")
+                    .unwrap()
+                    .body
+                    .unwrap();
+                if !matches!(m, coordinator_message::Body::Renewal(_)) {
+                    return m;
+                }
+            }
+        }
+
+        fn grant(&mut self) -> Grant {
+            match self.next() {
+                coordinator_message::Body::Grant(g) => g,
+                other => panic!("expected a grant, got {other:?}"),
+            }
+        }
+
+        fn ack(&mut self) -> ResultAck {
+            match self.next() {
+                coordinator_message::Body::ResultAck(a) => a,
+                other => panic!("expected a result ack, got {other:?}"),
+            }
+        }
+
+        fn summary(&self, run: &str) -> RunSummary {
+            let list = ask(&self.core, |reply| Command::List { reply });
+            list.runs.into_iter().find(|r| r.run_id == run).unwrap()
+        }
+    }
+
+    impl Drop for Harness {
+        fn drop(&mut self) {
+            let _ = self.core.send(Command::Shutdown);
+            if let Some(j) = self.join.take() {
+                let _ = j.join();
+            }
+        }
+    }
+
+    fn outcome(success: bool, class: FailureClass) -> Outcome {
+        Outcome {
+            success,
+            verdict: "v".into(),
+            failure_class: class as i32,
+            wall_s: 0.1,
+            ..Default::default()
+        }
+    }
+
+    fn result(attempt: Option<AttemptRef>, o: Outcome) -> node_message::Body {
+        node_message::Body::Result(reprobench_proto::v1::AttemptResult {
+            attempt,
+            outcome: Some(o),
+        })
+    }
+
+    #[test]
+    fn idle_credit_is_used_by_work_submitted_later_and_results_are_idempotent() {
+        let mut h = Harness::new(60_000);
+        let run = h.submit("synthetic:2:1", 3);
+        let g = h.grant();
+        h.send(result(g.attempt, outcome(true, FailureClass::None)));
+        assert!(h.ack().accepted);
+        // The same result again (a resend after a reconnect) is acknowledged, not recorded twice.
+        h.send(result(g.attempt, outcome(true, FailureClass::None)));
+        assert!(h.ack().accepted);
+        h.send(node_message::Body::Credit(Credit {
+            kind: "synthetic".into(),
+            slots: 1,
+        }));
+        let g2 = h.grant();
+        assert_ne!(g2.attempt.unwrap().task_id, g.attempt.unwrap().task_id);
+        h.send(result(g2.attempt, outcome(false, FailureClass::None)));
+        assert!(h.ack().accepted);
+        let s = h.summary(&run);
+        assert_eq!(
+            (s.state.as_str(), s.succeeded, s.failed),
+            ("finished", 1, 1)
+        );
+        // A credit left over while idle is used by a run submitted later.
+        h.send(node_message::Body::Credit(Credit {
+            kind: "synthetic".into(),
+            slots: 1,
+        }));
+        h.send(node_message::Body::Heartbeat(Heartbeat { running: vec![] }));
+        let _ = h.summary(&run); // a round trip: the credit is in before the next submit
+        let run2 = h.submit("synthetic:1:1", 3);
+        let g3 = h.grant();
+        assert_eq!(g3.run_id, run2);
+    }
+
+    #[test]
+    fn infra_failures_retry_up_to_the_bound_then_error_and_stale_epochs_are_refused() {
+        let mut h = Harness::new(60_000);
+        let run = h.submit("synthetic:1:1", 2);
+        let g1 = h.grant();
+        h.send(result(g1.attempt, outcome(false, FailureClass::Infra)));
+        assert!(h.ack().accepted);
+        h.send(node_message::Body::Credit(Credit {
+            kind: "synthetic".into(),
+            slots: 1,
+        }));
+        let g2 = h.grant();
+        assert_eq!(g2.attempt.unwrap().epoch, 2);
+        assert_eq!(g2.attempt_number, 2);
+        // A result for the first attempt is fenced off.
+        h.send(result(g1.attempt, outcome(true, FailureClass::None)));
+        let ack = h.ack();
+        assert!(!ack.accepted && ack.reason.contains("stale"), "{ack:?}");
+        h.send(result(g2.attempt, outcome(false, FailureClass::Infra)));
+        assert!(h.ack().accepted);
+        let s = h.summary(&run);
+        assert_eq!((s.state.as_str(), s.errored), ("finished", 1), "{s:?}");
+    }
+
+    #[test]
+    fn an_expired_lease_is_revoked_and_requeued() {
+        let mut h = Harness::new(200);
+        let run = h.submit("synthetic:1:1", 3);
+        let g1 = h.grant();
+        // No heartbeat: the lease runs out, the node is told, and the task is pending again.
+        match h.next() {
+            coordinator_message::Body::Revoke(r) => {
+                assert_eq!(r.attempt, g1.attempt);
+                assert!(r.reason.contains("lease expired"), "{}", r.reason);
+            }
+            other => panic!("expected a revoke, got {other:?}"),
+        }
+        let s = h.summary(&run);
+        assert_eq!(
+            (s.pending, s.running, s.retried_attempts),
+            (1, 0, 1),
+            "{s:?}"
+        );
+    }
 }
