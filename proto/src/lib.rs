@@ -6,6 +6,7 @@
 pub mod auth;
 pub mod kind;
 pub mod sweep;
+pub mod swt;
 pub mod synthetic;
 pub mod time;
 

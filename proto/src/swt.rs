@@ -1,0 +1,341 @@
+//! The SWT track's data: instances in the SWE-bench/SWT-bench schema, environment specs,
+//! predictions, and their loaders (JSON, JSONL). Pure apart from reading the given files.
+
+use serde::{Deserialize, Deserializer, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One SWT-bench instance (SWE-bench row).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwtInstance {
+    /// `owner__name-NUMBER`.
+    pub instance_id: String,
+    /// `owner/name`.
+    pub repo: String,
+    /// Commit the instance starts from.
+    pub base_commit: String,
+    /// Golden code patch (the fix).
+    pub patch: String,
+    /// Golden test patch.
+    pub test_patch: String,
+    /// The issue text.
+    pub problem_statement: String,
+    /// Hints from the issue thread.
+    #[serde(default)]
+    pub hints_text: String,
+    /// Creation date.
+    #[serde(default)]
+    pub created_at: String,
+    /// Version key into the environment map.
+    #[serde(default)]
+    pub version: String,
+    /// Tests that fail before and pass after the golden patch.
+    #[serde(rename = "FAIL_TO_PASS", default, deserialize_with = "string_list")]
+    pub fail_to_pass: Vec<String>,
+    /// Tests that pass before and after.
+    #[serde(rename = "PASS_TO_PASS", default, deserialize_with = "string_list")]
+    pub pass_to_pass: Vec<String>,
+    /// Commit whose environment the instance uses.
+    #[serde(default, deserialize_with = "maybe_json_string")]
+    pub environment_setup_commit: String,
+    /// An environment given inline with the row (overrides the dataset's map).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<EnvSpec>,
+}
+
+/// How to build and test a repository at a version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvSpec {
+    /// Python major.minor.
+    #[serde(default = "default_python")]
+    pub python: String,
+    /// pip requirement specifiers.
+    #[serde(default)]
+    pub packages: Vec<String>,
+    /// Shell commands run in the repository before `install`.
+    #[serde(default)]
+    pub pre_install: Vec<String>,
+    /// Shell command installing the repository ("" for none).
+    #[serde(default)]
+    pub install: String,
+    /// Test command; test directives are appended.
+    pub test_cmd: String,
+    /// Log parser name (`pytest`, `unittest`, or a per-repo parser).
+    #[serde(default = "default_parser")]
+    pub log_parser: String,
+    /// How test files are named on the command line: `paths` (tests/test_x.py) or `modules` (tests.test_x).
+    #[serde(default = "default_directives")]
+    pub test_directives: String,
+}
+
+fn default_python() -> String {
+    "3.11".into()
+}
+fn default_parser() -> String {
+    "pytest".into()
+}
+fn default_directives() -> String {
+    "paths".into()
+}
+
+impl EnvSpec {
+    /// Content hash of the environment layer (Python and packages): the scheduler's affinity key.
+    pub fn env_key(&self) -> String {
+        env_key(&self.python, &self.packages)
+    }
+}
+
+/// Content hash of an environment (Python version and packages), shared by the scheduler's
+/// affinity key and the sandboxes' image tags.
+pub fn env_key(python: &str, packages: &[String]) -> String {
+    let mut h = Fnv::default();
+    h.add("env-v1");
+    h.add(python);
+    for p in packages {
+        h.add(p);
+    }
+    format!("{:016x}", h.0)
+}
+
+/// Environment map: repo → version → spec.
+pub type EnvMap = BTreeMap<String, BTreeMap<String, EnvSpec>>;
+
+/// One prediction (SWT-bench compatible).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Prediction {
+    /// Instance it answers.
+    pub instance_id: String,
+    /// Model or system name.
+    #[serde(default)]
+    pub model_name_or_path: String,
+    /// The generated test as a diff; `None` when the system produced nothing.
+    #[serde(default)]
+    pub model_patch: Option<String>,
+}
+
+/// FNV-1a over length-prefixed strings (stable across Rust versions, unlike `DefaultHasher`).
+#[derive(Debug)]
+pub struct Fnv(pub u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    /// Adds a string (length-prefixed, so ("ab","c") and ("a","bc") differ).
+    pub fn add(&mut self, s: &str) {
+        for b in (s.len() as u64).to_le_bytes().iter().chain(s.as_bytes()) {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// Accepts a list of strings or a JSON-encoded string holding one (as in the Hugging Face rows).
+fn string_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Either {
+        List(Vec<String>),
+        Text(String),
+        Null(()),
+    }
+    match Either::deserialize(d)? {
+        Either::List(v) => Ok(v),
+        Either::Null(()) => Ok(Vec::new()),
+        Either::Text(s) if s.trim().is_empty() => Ok(Vec::new()),
+        Either::Text(s) => serde_json::from_str(&s).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "expected a list of test ids (or a JSON string of one): {e}"
+            ))
+        }),
+    }
+}
+
+/// Accepts a string, or a JSON-encoded string (`"\"abc\""`), or null.
+fn maybe_json_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s: Option<String> = Option::deserialize(d)?;
+    let s = s.unwrap_or_default();
+    if s.starts_with('"') {
+        if let Ok(inner) = serde_json::from_str::<String>(&s) {
+            return Ok(inner);
+        }
+    }
+    Ok(s)
+}
+
+/// A row that could not be used, with where it is and what is wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowError {
+    /// File and line (1-based) or index.
+    pub location: String,
+    /// The instance id, when it could be read.
+    pub instance_id: Option<String>,
+    /// What is wrong and what to do.
+    pub message: String,
+}
+
+impl std::fmt::Display for RowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.instance_id {
+            Some(id) => write!(f, "{} ({id}): {}", self.location, self.message),
+            None => write!(f, "{}: {}", self.location, self.message),
+        }
+    }
+}
+
+/// Rows parsed from a file: the good ones, and an error for each bad one (none is dropped silently).
+#[derive(Debug, Clone, Default)]
+pub struct Parsed<T> {
+    /// Usable rows.
+    pub rows: Vec<T>,
+    /// Rejected rows.
+    pub errors: Vec<RowError>,
+}
+
+/// Parses JSON (an array) or JSONL text into rows; `name` names the source in errors.
+pub fn parse_rows<T: for<'de> Deserialize<'de>>(name: &str, text: &str) -> Parsed<T> {
+    let mut out = Parsed {
+        rows: Vec::new(),
+        errors: Vec::new(),
+    };
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') {
+        match serde_json::from_str::<Vec<serde_json::Value>>(trimmed) {
+            Ok(values) => {
+                for (i, v) in values.into_iter().enumerate() {
+                    push_row(&mut out, format!("{name}[{i}]"), v);
+                }
+            }
+            Err(e) => out.errors.push(RowError {
+                location: name.to_string(),
+                instance_id: None,
+                message: format!("not a JSON array of rows: {e}; write JSONL (one object per line) or a JSON array"),
+            }),
+        }
+        return out;
+    }
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let location = format!("{name}:{}", i + 1);
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(v) => push_row(&mut out, location, v),
+            Err(e) => out.errors.push(RowError {
+                location,
+                instance_id: None,
+                message: format!("malformed JSON line ({e}); fix or delete this line"),
+            }),
+        }
+    }
+    out
+}
+
+fn push_row<T: for<'de> Deserialize<'de>>(
+    out: &mut Parsed<T>,
+    location: String,
+    v: serde_json::Value,
+) {
+    let instance_id = v
+        .get("instance_id")
+        .and_then(|x| x.as_str())
+        .map(str::to_string);
+    match serde_json::from_value::<T>(v) {
+        Ok(row) => out.rows.push(row),
+        Err(e) => out.errors.push(RowError {
+            location,
+            instance_id,
+            message: format!("row does not match the schema: {e}"),
+        }),
+    }
+}
+
+/// Reads rows from a `.json` or `.jsonl` file.
+pub fn load_rows<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Parsed<T>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(parse_rows(&path.display().to_string(), &text))
+}
+
+/// The environment spec of an instance: its inline `env`, else the map's entry for (repo, version).
+pub fn env_for<'a>(inst: &'a SwtInstance, map: &'a EnvMap) -> Result<&'a EnvSpec, String> {
+    if let Some(env) = &inst.env {
+        return Ok(env);
+    }
+    map.get(&inst.repo).and_then(|v| v.get(&inst.version)).ok_or_else(|| {
+        format!(
+            "no environment spec for repo `{}` version `{}`; add it to the dataset's env map or give the row an inline `env`",
+            inst.repo, inst.version
+        )
+    })
+}
+
+/// Mirror directory name of a repository: `owner/name` → `owner__name.git`.
+pub fn mirror_name(repo: &str) -> String {
+    format!("{}.git", repo.replace('/', "__"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ROW: &str = r#"{"instance_id":"o__r-1","repo":"o/r","base_commit":"abc","patch":"p","test_patch":"t","problem_statement":"s","version":"0.1","FAIL_TO_PASS":"[\"tests/a.py::t1\"]","PASS_TO_PASS":["tests/a.py::t2"],"environment_setup_commit":"abc"}"#;
+
+    #[test]
+    fn reads_json_encoded_lists_and_plain_lists() {
+        let p: Parsed<SwtInstance> = parse_rows("d.jsonl", &format!("{ROW}\n\n{ROW}\n"));
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        assert_eq!(p.rows.len(), 2);
+        assert_eq!(p.rows[0].fail_to_pass, vec!["tests/a.py::t1"]);
+        assert_eq!(p.rows[0].pass_to_pass, vec!["tests/a.py::t2"]);
+        let p: Parsed<SwtInstance> = parse_rows("d.json", &format!("[{ROW}]"));
+        assert_eq!(p.rows.len(), 1);
+    }
+
+    #[test]
+    fn bad_rows_are_reported_with_their_line_and_the_rest_kept() {
+        let text = format!("{ROW}\n{{not json\n{{\"instance_id\":\"x\"}}\n{ROW}\n");
+        let p: Parsed<SwtInstance> = parse_rows("d.jsonl", &text);
+        assert_eq!(p.rows.len(), 2);
+        assert_eq!(p.errors.len(), 2);
+        assert_eq!(p.errors[0].location, "d.jsonl:2");
+        assert!(p.errors[0].message.contains("malformed JSON"));
+        assert_eq!(p.errors[1].instance_id.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn env_lookup_and_keys() {
+        let p: Parsed<SwtInstance> = parse_rows("d", ROW);
+        let inst = &p.rows[0];
+        let spec: EnvSpec = serde_json::from_str(r#"{"test_cmd":"python -m pytest"}"#).unwrap();
+        assert_eq!(
+            (spec.python.as_str(), spec.log_parser.as_str()),
+            ("3.11", "pytest")
+        );
+        let mut map = EnvMap::new();
+        assert!(
+            env_for(inst, &map)
+                .unwrap_err()
+                .contains("`o/r` version `0.1`")
+        );
+        map.entry("o/r".into())
+            .or_default()
+            .insert("0.1".into(), spec.clone());
+        assert_eq!(env_for(inst, &map).unwrap(), &spec);
+        let mut other = spec.clone();
+        other.packages.push("numpy".into());
+        assert_ne!(spec.env_key(), other.env_key());
+        assert_eq!(mirror_name("django/django"), "django__django.git");
+    }
+
+    #[test]
+    fn predictions_may_have_no_patch() {
+        let p: Parsed<Prediction> = parse_rows(
+            "p",
+            "{\"instance_id\":\"a\",\"model_name_or_path\":\"m\",\"model_patch\":null}\n",
+        );
+        assert_eq!(p.rows[0].model_patch, None);
+    }
+}
