@@ -10,6 +10,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "reprobench.v1.ResultRow",
             "#[derive(serde::Serialize, serde::Deserialize)] #[serde(default)]",
         )
+        .field_attribute("reprobench.v1.ResultRow.details_json", "#[serde(skip)]")
         .compile_protos(&["reprobench/v1/reprobench.proto"], &["."])?;
     Ok(())
 }

@@ -4,6 +4,8 @@
 
 pub mod executor;
 pub mod runtime;
+pub mod sandbox;
+pub mod swt;
 pub mod synthetic;
 
 pub use runtime::{NodeConfig, NodeError, run_node};

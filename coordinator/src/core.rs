@@ -13,7 +13,7 @@ use reprobench_proto::time::now_ms;
 use reprobench_proto::v1::{
     AttemptRef, CoordinatorMessage, FailureClass, Grant, Hello, LeaseRenewal, ListRunsResponse,
     NodeProgress, Outcome, RegisterRequest, RegisterResponse, ResultAck, Revoke, RunProgress,
-    RunSummary, SubmitRunResponse, coordinator_message, node_message,
+    RunSummary, SubmitRunRequest, SubmitRunResponse, coordinator_message, node_message,
 };
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -72,8 +72,7 @@ pub enum Command {
     Disconnect { node_id: String, conn: u64 },
     /// SubmitRun.
     Submit {
-        sweep_toml: String,
-        resume: bool,
+        req: SubmitRunRequest,
         reply: oneshot::Sender<Result<SubmitRunResponse, Status>>,
     },
     /// CancelRun.
@@ -449,12 +448,8 @@ impl Core {
                 }
                 Ok(())
             }
-            Command::Submit {
-                sweep_toml,
-                resume,
-                reply,
-            } => {
-                let result = self.submit(&sweep_toml, resume)?;
+            Command::Submit { req, reply } => {
+                let result = self.submit(req)?;
                 self.reply(reply, result);
                 Ok(())
             }
@@ -719,17 +714,20 @@ impl Core {
 
     fn submit(
         &mut self,
-        sweep_toml: &str,
-        resume: bool,
+        req: SubmitRunRequest,
     ) -> Result<Result<SubmitRunResponse, Status>, StoreError> {
-        let spec = match SweepSpec::from_toml(sweep_toml) {
+        let spec = match SweepSpec::from_toml(&req.sweep_toml) {
             Ok(s) => s,
             Err(e) => return Ok(Err(Status::invalid_argument(e.to_string()))),
         };
-        let hash = sweep::sweep_hash(&spec);
-        if resume {
+        let attachments: sweep::Attachments = req.attachments.into_iter().collect();
+        let hash = sweep::sweep_hash(&spec, &attachments);
+        if req.resume_existing {
             let existing = self.run_order.iter().rev().find(|r| {
-                self.runs[*r].sweep_hash == hash && self.runs[*r].summary.state == "running"
+                let run = &self.runs[*r];
+                run.sweep_hash == hash
+                    && (run.summary.state == "running"
+                        || req.reuse_finished && run.summary.state == "finished")
             });
             if let Some(r) = existing {
                 let run = &self.runs[r];
@@ -740,7 +738,7 @@ impl Core {
                 }));
             }
         }
-        let tasks: Vec<NewTask> = match sweep::expand(&spec) {
+        let tasks: Vec<NewTask> = match sweep::expand(&spec, &attachments) {
             Ok(t) => t,
             Err(e) => return Ok(Err(Status::invalid_argument(e.to_string()))),
         };
@@ -755,7 +753,11 @@ impl Core {
             created_at_ms: created,
             finished_at_ms: None,
         };
-        let ids = self.store.insert_run(&run, &spec.to_toml(), &tasks)?;
+        let attachments_json =
+            serde_json::to_string(&attachments).expect("a string map serializes");
+        let ids = self
+            .store
+            .insert_run(&run, &spec.to_toml(), &attachments_json, &tasks)?;
         self.add_run_mem(&run);
         let run_key = self.intern(&run.run_id);
         for (id, t) in ids.iter().zip(&tasks) {
@@ -1248,6 +1250,7 @@ fn record_from(o: Outcome, node_id: String) -> ResultRecord {
         finished_at_ms: o.finished_at_ms,
         node_id,
         artifact_path: o.artifact_path,
+        details_json: opt(o.details_json),
     }
 }
 
@@ -1346,13 +1349,13 @@ mod tests {
             let sweep = format!(
                 "name='t'\ndatasets=['{dataset}']\nmax_attempts={max_attempts}\n[[agents]]\nname='synthetic'\n"
             );
-            ask(&self.core, |reply| Command::Submit {
+            let req = SubmitRunRequest {
                 sweep_toml: sweep,
-                resume: false,
-                reply,
-            })
-            .unwrap()
-            .run_id
+                ..Default::default()
+            };
+            ask(&self.core, |reply| Command::Submit { req, reply })
+                .unwrap()
+                .run_id
         }
 
         fn send(&self, body: node_message::Body) {

@@ -349,14 +349,10 @@ impl RunService for RunApi {
         &self,
         req: Request<SubmitRunRequest>,
     ) -> Result<Response<SubmitRunResponse>, Status> {
-        let r = req.into_inner();
-        ask(&self.core, |reply| Command::Submit {
-            sweep_toml: r.sweep_toml,
-            resume: r.resume_existing,
-            reply,
-        })
-        .await?
-        .map(Response::new)
+        let req = req.into_inner();
+        ask(&self.core, |reply| Command::Submit { req, reply })
+            .await?
+            .map(Response::new)
     }
 
     type WatchRunStream = BoxStream<RunProgress>;

@@ -41,7 +41,8 @@ CREATE TABLE IF NOT EXISTS runs(
   tasks INTEGER NOT NULL,
   max_attempts INTEGER NOT NULL,
   created_at_ms INTEGER NOT NULL,
-  finished_at_ms INTEGER
+  finished_at_ms INTEGER,
+  attachments TEXT NOT NULL DEFAULT '{}'
 );
 CREATE TABLE IF NOT EXISTS tasks(
   task_id INTEGER PRIMARY KEY,
@@ -103,7 +104,8 @@ CREATE TABLE IF NOT EXISTS results(
   started_at_ms INTEGER NOT NULL,
   finished_at_ms INTEGER NOT NULL,
   node_id TEXT NOT NULL,
-  artifact_path TEXT NOT NULL
+  artifact_path TEXT NOT NULL,
+  details TEXT
 );
 CREATE INDEX IF NOT EXISTS results_by_run ON results(run_id);
 "#;
@@ -249,6 +251,8 @@ pub struct ResultRecord {
     pub node_id: String,
     /// Artifact location.
     pub artifact_path: String,
+    /// Track-specific report (JSON).
+    pub details_json: Option<String>,
 }
 
 /// One attempt, for `status --attempts`.
@@ -292,7 +296,32 @@ impl Store {
             )
             .map_err(|e| store.err(e))?;
         store.conn.execute_batch(SCHEMA).map_err(|e| store.err(e))?;
+        store.migrate()?;
         Ok(store)
+    }
+
+    /// Adds columns that stores made by earlier builds lack.
+    fn migrate(&self) -> Result<(), StoreError> {
+        for (table, column, decl) in [
+            ("runs", "attachments", "TEXT NOT NULL DEFAULT '{}'"),
+            ("results", "details", "TEXT"),
+        ] {
+            let mut stmt = self
+                .conn
+                .prepare(&format!("PRAGMA table_info({table})"))
+                .map_err(|e| self.err(e))?;
+            let names: Vec<String> = stmt
+                .query_map([], |r| r.get::<_, String>(1))
+                .map_err(|e| self.err(e))?
+                .collect::<Result<_, _>>()
+                .map_err(|e| self.err(e))?;
+            if !names.iter().any(|n| n == column) {
+                self.conn
+                    .execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
+                    .map_err(|e| self.err(e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Opens an existing store read-only (for `status` and `results` without a coordinator).
@@ -339,12 +368,13 @@ impl Store {
         &self,
         run: &LoadedRun,
         sweep_toml: &str,
+        attachments_json: &str,
         tasks: &[NewTask],
     ) -> Result<Vec<u64>, StoreError> {
         self.conn
             .execute(
-                "INSERT INTO runs(run_id, name, sweep_toml, sweep_hash, state, tasks, max_attempts, created_at_ms) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
-                params![run.run_id, run.name, sweep_toml, run.sweep_hash, run.state, run.tasks as i64, run.max_attempts, run.created_at_ms],
+                "INSERT INTO runs(run_id, name, sweep_toml, sweep_hash, state, tasks, max_attempts, created_at_ms, attachments) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                params![run.run_id, run.name, sweep_toml, run.sweep_hash, run.state, run.tasks as i64, run.max_attempts, run.created_at_ms, attachments_json],
             )
             .map_err(|e| self.err(e))?;
         let mut stmt = self
@@ -462,8 +492,8 @@ impl Store {
             .conn
             .prepare_cached(
                 "INSERT INTO results(task_id, run_id, epoch, success, verdict, error_class, error_message, llm_calls, tokens_in, tokens_out, tokens_cached,
-                  cost_usd, wall_s, actions, trace_len, feedback_iterations, localized_files_correct, started_at_ms, finished_at_ms, node_id, artifact_path)
-                 VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21)",
+                  cost_usd, wall_s, actions, trace_len, feedback_iterations, localized_files_correct, started_at_ms, finished_at_ms, node_id, artifact_path, details)
+                 VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)",
             )
             .map_err(|e| self.err(e))?;
         stmt.execute(params![
@@ -487,7 +517,8 @@ impl Store {
             r.started_at_ms,
             r.finished_at_ms,
             r.node_id,
-            r.artifact_path
+            r.artifact_path,
+            r.details_json
         ])
         .map_err(|e| self.err(e))?;
         Ok(())
@@ -594,7 +625,7 @@ impl Store {
                 "SELECT r.run_id, u.name, t.track, t.dataset, t.instance_id, t.repo_or_app, t.bug_type, t.agent, t.variant, t.backbone, t.repeat,
                         r.success, r.verdict, r.error_class, r.epoch, r.llm_calls, r.tokens_in, r.tokens_out, r.tokens_cached, r.cost_usd, r.wall_s,
                         r.actions, r.trace_len, t.ground_truth_actions, r.feedback_iterations, r.localized_files_correct,
-                        r.started_at_ms, r.finished_at_ms, r.node_id, r.artifact_path
+                        r.started_at_ms, r.finished_at_ms, r.node_id, r.artifact_path, r.details
                  FROM results r JOIN tasks t ON t.task_id = r.task_id JOIN runs u ON u.run_id = r.run_id
                  WHERE r.run_id = ?1 ORDER BY r.task_id",
             )
@@ -632,6 +663,7 @@ impl Store {
                     finished_at: rfc3339_ms(r.get(27)?),
                     node_id: r.get(28)?,
                     artifact_path: r.get(29)?,
+                    details_json: r.get::<_, Option<String>>(30)?.unwrap_or_default(),
                 })
             })
             .map_err(|e| self.err(e))?;

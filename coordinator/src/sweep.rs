@@ -1,8 +1,23 @@
 //! Sweep expansion: datasets × agents × variants × backbones × repeats → task rows. Pure.
 
 use crate::store::NewTask;
-use reprobench_proto::sweep::SweepSpec;
+use reprobench_proto::sweep::{AgentSpec, SweepSpec};
+use reprobench_proto::swt::{self, EvalLimits, Prediction, SwtAgent, SwtInstance, SwtPayload};
 use reprobench_proto::synthetic::{self, SyntheticDataset, SyntheticPayload};
+use std::collections::{BTreeMap, HashMap};
+
+/// Files a sweep refers to, attached by the client (`dataset:NAME`, `predictions:PATH`).
+pub type Attachments = BTreeMap<String, String>;
+
+/// Attachment key of a dataset's rows.
+pub fn dataset_key(name: &str) -> String {
+    format!("dataset:{name}")
+}
+
+/// Attachment key of a predictions file.
+pub fn predictions_key(path: &str) -> String {
+    format!("predictions:{path}")
+}
 
 /// Why a sweep cannot be expanded, naming the input and the fix.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -10,10 +25,14 @@ use reprobench_proto::synthetic::{self, SyntheticDataset, SyntheticPayload};
 pub struct ExpandError(pub String);
 
 /// Expands a sweep into its tasks, in a stable order.
-pub fn expand(spec: &SweepSpec) -> Result<Vec<NewTask>, ExpandError> {
+pub fn expand(spec: &SweepSpec, attachments: &Attachments) -> Result<Vec<NewTask>, ExpandError> {
     let backbones = spec.backbone_names();
     let mut tasks = Vec::new();
     for dataset in &spec.datasets {
+        if SyntheticDataset::parse(dataset).is_none() {
+            expand_swt(spec, dataset, attachments, &backbones, &mut tasks)?;
+            continue;
+        }
         let instances = resolve_dataset(dataset, spec.seed)?;
         for agent in &spec.agents {
             check_agent(&agent.name, dataset)?;
@@ -51,6 +70,112 @@ pub fn expand(spec: &SweepSpec) -> Result<Vec<NewTask>, ExpandError> {
     Ok(tasks)
 }
 
+fn expand_swt(
+    spec: &SweepSpec,
+    dataset: &str,
+    attachments: &Attachments,
+    backbones: &[String],
+    tasks: &mut Vec<NewTask>,
+) -> Result<(), ExpandError> {
+    let rows = attachments.get(&dataset_key(dataset)).ok_or_else(|| {
+        ExpandError(format!(
+            "dataset `{dataset}` is not attached: submit with `reprobench run`/`reprobench eval` from a machine that has it (they attach the rows), or use synthetic:N:MEAN_MS"
+        ))
+    })?;
+    let parsed: swt::Parsed<SwtInstance> = swt::parse_rows(dataset, rows);
+    if let Some(e) = parsed.errors.first() {
+        return Err(ExpandError(format!(
+            "attached rows of `{dataset}` are invalid: {e}"
+        )));
+    }
+    let limits = EvalLimits {
+        timeout_s: spec.eval.timeout_s,
+        cpus: spec.eval.cpus,
+        memory_mb: spec.eval.memory_mb,
+        pids: spec.eval.pids,
+        disk_mb: spec.eval.disk_mb,
+    };
+    for agent in &spec.agents {
+        let predictions = swt_predictions(agent, attachments)?;
+        for variant in &agent.variants {
+            for backbone in backbones {
+                for repeat in 0..spec.repeats {
+                    for inst in &parsed.rows {
+                        let env = inst.env.clone().ok_or_else(|| {
+                            ExpandError(format!(
+                                "attached row {} of `{dataset}` has no inline env",
+                                inst.instance_id
+                            ))
+                        })?;
+                        let swt_agent = match (&predictions, agent.name.as_str()) {
+                            (Some(p), _) => SwtAgent::Prediction {
+                                model: agent.name.clone(),
+                                patch: p.get(&inst.instance_id).and_then(|p| p.model_patch.clone()),
+                            },
+                            (None, "gold") => SwtAgent::Gold,
+                            (None, _) => SwtAgent::IssueSnippet,
+                        };
+                        let payload = SwtPayload {
+                            instance: inst.clone(),
+                            env: env.clone(),
+                            agent: swt_agent,
+                            limits: limits.clone(),
+                        };
+                        tasks.push(NewTask {
+                            track: "swt".into(),
+                            dataset: dataset.to_string(),
+                            instance_id: inst.instance_id.clone(),
+                            repo_or_app: inst.repo.clone(),
+                            bug_type: None,
+                            agent: agent.name.clone(),
+                            variant: variant.clone(),
+                            backbone: backbone.clone(),
+                            repeat,
+                            kind: spec.eval.executor.clone(),
+                            affinity_key: env.env_key(),
+                            payload: serde_json::to_string(&payload).expect("payload serializes"),
+                            ground_truth_actions: None,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The predictions an SWT agent stands for, by instance id; `None` for the built-in agents.
+fn swt_predictions(
+    agent: &AgentSpec,
+    attachments: &Attachments,
+) -> Result<Option<HashMap<String, Prediction>>, ExpandError> {
+    match (&agent.predictions, agent.name.as_str()) {
+        (Some(path), _) => {
+            let text = attachments.get(&predictions_key(path)).ok_or_else(|| {
+                ExpandError(format!(
+                    "predictions `{path}` of agent `{}` are not attached; submit with `reprobench run` or `reprobench eval`",
+                    agent.name
+                ))
+            })?;
+            let parsed: swt::Parsed<Prediction> = swt::parse_rows(path, text);
+            Ok(Some(
+                parsed
+                    .rows
+                    .into_iter()
+                    .map(|p| (p.instance_id.clone(), p))
+                    .collect(),
+            ))
+        }
+        (None, "gold" | "issue-snippet") => Ok(None),
+        (None, synthetic::AGENT) => Err(ExpandError(
+            "agent `synthetic` runs synthetic datasets only".into(),
+        )),
+        (None, other) => Err(ExpandError(format!(
+            "agent `{other}` is not built in for the swt track; give it `predictions = \"FILE.jsonl\"` (SWT-bench predictions) or use `gold` / `issue-snippet`"
+        ))),
+    }
+}
+
 fn resolve_dataset(
     name: &str,
     seed: u64,
@@ -85,9 +210,13 @@ fn task_seed(seed: u64, index: u64, repeat: u32, variant: &str, backbone: &str) 
     h ^ fnv1a(variant.bytes().chain([0]).chain(backbone.bytes()))
 }
 
-/// A stable hash of a sweep spec's canonical form, used to find a run to resume.
-pub fn sweep_hash(spec: &SweepSpec) -> String {
-    format!("{:016x}", fnv1a(spec.to_toml().bytes()))
+/// A stable hash of a sweep spec's canonical form and its attachments, used to find a run to resume.
+pub fn sweep_hash(spec: &SweepSpec, attachments: &Attachments) -> String {
+    let mut text = spec.to_toml();
+    for (k, v) in attachments {
+        text.push_str(&format!("\n@{k}:{}:{:016x}", v.len(), fnv1a(v.bytes())));
+    }
+    format!("{:016x}", fnv1a(text.bytes()))
 }
 
 fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
@@ -109,28 +238,68 @@ mod tests {
         let s = spec(
             "name='m'\ndatasets=['synthetic:5:10','synthetic:3:10']\nrepeats=2\n[[agents]]\nname='synthetic'\nvariants=['full','no-x']\n",
         );
-        let tasks = expand(&s).unwrap();
+        let tasks = expand(&s, &Attachments::new()).unwrap();
         assert_eq!(tasks.len(), (5 + 3) * 2 * 2);
         let cells: std::collections::BTreeSet<_> = tasks
             .iter()
             .map(|t| (&t.dataset, &t.instance_id, &t.variant, t.repeat))
             .collect();
         assert_eq!(cells.len(), tasks.len(), "every task is a distinct cell");
-        assert_eq!(expand(&s).unwrap().len(), tasks.len());
-        assert_eq!(sweep_hash(&s), sweep_hash(&spec(&s.to_toml())));
+        assert_eq!(expand(&s, &Attachments::new()).unwrap().len(), tasks.len());
+        let none = Attachments::new();
+        assert_eq!(
+            sweep_hash(&s, &none),
+            sweep_hash(&spec(&s.to_toml()), &none)
+        );
+    }
+
+    fn expand_plain(s: &SweepSpec) -> Result<Vec<NewTask>, ExpandError> {
+        expand(s, &Attachments::new())
     }
 
     #[test]
     fn unknown_dataset_and_wrong_agent_are_named() {
-        let e = expand(&spec(
+        let e = expand_plain(&spec(
             "name='m'\ndatasets=['nope']\n[[agents]]\nname='synthetic'\n",
         ))
         .unwrap_err();
         assert!(e.0.contains("`nope`"), "{e}");
-        let e = expand(&spec(
+        let e = expand_plain(&spec(
             "name='m'\ndatasets=['synthetic:2:1']\n[[agents]]\nname='libro'\n",
         ))
         .unwrap_err();
         assert!(e.0.contains("`libro`"), "{e}");
+    }
+
+    #[test]
+    fn swt_datasets_expand_per_agent_with_predictions_and_env_keys() {
+        let row = r#"{"instance_id":"o__r-1","repo":"o/r","base_commit":"c","patch":"p","test_patch":"t","problem_statement":"s","version":"1","env":{"test_cmd":"pytest","packages":["pytest"]}}"#;
+        let mut att = Attachments::new();
+        att.insert(dataset_key("mini"), format!("{row}\n"));
+        att.insert(
+            predictions_key("p.jsonl"),
+            "{\"instance_id\":\"o__r-1\",\"model_name_or_path\":\"m\",\"model_patch\":\"diff\"}\n"
+                .into(),
+        );
+        let s = spec(
+            "name='e'\ndatasets=['mini']\n[eval]\nexecutor='process'\n[[agents]]\nname='gold'\n[[agents]]\nname='issue-snippet'\n[[agents]]\nname='m'\npredictions='p.jsonl'\n",
+        );
+        let tasks = expand(&s, &att).unwrap();
+        assert_eq!(tasks.len(), 3);
+        assert!(
+            tasks
+                .iter()
+                .all(|t| t.kind == "process" && t.track == "swt" && t.repo_or_app == "o/r")
+        );
+        assert_eq!(tasks[0].affinity_key, tasks[2].affinity_key);
+        let p: SwtPayload = serde_json::from_str(&tasks[2].payload).unwrap();
+        assert_eq!(
+            p.agent,
+            SwtAgent::Prediction {
+                model: "m".into(),
+                patch: Some("diff".into())
+            }
+        );
+        assert_ne!(sweep_hash(&s, &att), sweep_hash(&s, &Attachments::new()));
     }
 }

@@ -28,6 +28,40 @@ pub struct SweepSpec {
     /// Per-task budget.
     #[serde(default)]
     pub budget: Budget,
+    /// How SWT evaluations run (executor kind and sandbox limits).
+    #[serde(default)]
+    pub eval: EvalSettings,
+}
+
+/// How SWT executions run: the executor kind and each execution's limits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EvalSettings {
+    /// `docker` or `process`.
+    pub executor: String,
+    /// Seconds per execution before the process tree is killed (SWT-bench: 1800).
+    pub timeout_s: u64,
+    /// CPUs per execution.
+    pub cpus: f64,
+    /// Memory per execution (MiB).
+    pub memory_mb: u64,
+    /// Processes per execution.
+    pub pids: u64,
+    /// Scratch disk per execution (MiB).
+    pub disk_mb: u64,
+}
+
+impl Default for EvalSettings {
+    fn default() -> Self {
+        EvalSettings {
+            executor: "docker".into(),
+            timeout_s: 1800,
+            cpus: 1.0,
+            memory_mb: 2048,
+            pids: 256,
+            disk_mb: 1024,
+        }
+    }
 }
 
 /// One agent in a sweep.
@@ -39,6 +73,9 @@ pub struct AgentSpec {
     /// Variants (ablations); `full` when omitted.
     #[serde(default = "full_variant")]
     pub variants: Vec<String>,
+    /// SWT: a predictions file (JSONL, SWT-bench format) whose test patches this agent stands for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub predictions: Option<String>,
 }
 
 /// An OpenAI-compatible LLM endpoint with its model, prices and sampling parameters.
@@ -157,6 +194,15 @@ impl SweepSpec {
         }
         if self.repeats == 0 {
             return bad("`repeats` must be at least 1".into());
+        }
+        if !matches!(self.eval.executor.as_str(), "docker" | "process") {
+            return bad(format!(
+                "[eval] executor `{}` is unknown; use \"docker\" or \"process\"",
+                self.eval.executor
+            ));
+        }
+        if self.eval.timeout_s == 0 {
+            return bad("[eval] timeout_s must be at least 1".into());
         }
         if self.max_attempts == 0 {
             return bad("`max_attempts` must be at least 1".into());

@@ -339,3 +339,255 @@ mod tests {
         assert_eq!(p.rows[0].model_patch, None);
     }
 }
+
+/// Which test patch an SWT task evaluates.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum SwtAgent {
+    /// The golden test patch.
+    Gold,
+    /// The `issue-snippet` baseline (built on the node from the issue text).
+    IssueSnippet,
+    /// A given prediction.
+    Prediction {
+        /// `model_name_or_path`.
+        model: String,
+        /// The prediction's patch; `None` when the system produced nothing for this instance.
+        patch: Option<String>,
+    },
+}
+
+/// Limits of each execution of an SWT task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalLimits {
+    /// Seconds per execution.
+    pub timeout_s: u64,
+    /// CPUs.
+    pub cpus: f64,
+    /// Memory (MiB).
+    pub memory_mb: u64,
+    /// Processes.
+    pub pids: u64,
+    /// Scratch disk (MiB).
+    pub disk_mb: u64,
+}
+
+/// What an SWT task tells the node (the grant's payload).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwtPayload {
+    /// The instance, its environment resolved inline.
+    pub instance: SwtInstance,
+    /// Its environment.
+    pub env: EnvSpec,
+    /// Where the test patch comes from.
+    pub agent: SwtAgent,
+    /// Execution limits.
+    pub limits: EvalLimits,
+}
+
+/// A dataset manifest (`datasets/NAME/manifest.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Dataset name.
+    pub name: String,
+    /// Track (`swt`).
+    pub track: String,
+    /// Rows file, relative to the manifest.
+    pub instances: String,
+    /// Environment map file, relative to the manifest.
+    #[serde(default)]
+    pub env: Option<String>,
+    /// Directory of repository sources that `datasets prepare` turns into mirrors.
+    #[serde(default)]
+    pub sources: Option<String>,
+    /// Where `datasets fetch` gets the rows.
+    #[serde(default)]
+    pub source: Option<RemoteSource>,
+    /// Rows left out (SWT-bench's filter lists).
+    #[serde(default)]
+    pub exclude: Option<Exclusions>,
+    /// Instances after exclusion, when known.
+    #[serde(default)]
+    pub expected_instances: Option<usize>,
+}
+
+/// A Hugging Face dataset split.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RemoteSource {
+    /// `owner/name` on the Hugging Face hub.
+    pub huggingface_dataset: String,
+    /// Split name.
+    pub split: String,
+    /// Rows in the split.
+    #[serde(default)]
+    pub rows: Option<usize>,
+}
+
+/// Instance ids left out of a dataset, and where the list comes from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exclusions {
+    /// Provenance of the list.
+    pub origin: String,
+    /// The ids.
+    pub instance_ids: Vec<String>,
+}
+
+/// A dataset read from disk: usable instances (environment inline), and every problem found.
+#[derive(Debug, Clone)]
+pub struct LoadedDataset {
+    /// Name used in results.
+    pub name: String,
+    /// Directory of the manifest (None for a plain rows file).
+    pub dir: Option<std::path::PathBuf>,
+    /// The manifest, when there is one.
+    pub manifest: Option<Manifest>,
+    /// Usable instances, each with `env` filled in.
+    pub instances: Vec<SwtInstance>,
+    /// Rows that could not be used.
+    pub errors: Vec<RowError>,
+    /// Rows left out by the manifest's exclusion list.
+    pub excluded: usize,
+}
+
+/// Finds the datasets directory: `$REPROBENCH_DATASETS`, else `./datasets`, else next to the binary's checkout.
+pub fn default_datasets_dir() -> std::path::PathBuf {
+    if let Ok(d) = std::env::var("REPROBENCH_DATASETS") {
+        return d.into();
+    }
+    let cwd = std::path::PathBuf::from("datasets");
+    if cwd.is_dir() {
+        return cwd;
+    }
+    // target/{debug,release}/reprobench → the checkout's datasets/
+    if let Some(d) = std::env::current_exe()
+        .ok()
+        .and_then(|e| Some(e.parent()?.parent()?.parent()?.join("datasets")))
+    {
+        if d.is_dir() {
+            return d;
+        }
+    }
+    cwd
+}
+
+/// Loads a dataset by name (a directory under `datasets_dir` with a manifest), by directory, or
+/// from a JSON/JSONL rows file (with `env_file` for rows that carry no inline `env`).
+pub fn load_dataset(
+    name_or_path: &str,
+    datasets_dir: &Path,
+    env_file: Option<&Path>,
+) -> Result<LoadedDataset, String> {
+    let as_path = Path::new(name_or_path);
+    let dir = if as_path.is_dir() {
+        Some(as_path.to_path_buf())
+    } else if as_path.is_file() {
+        None
+    } else {
+        let d = datasets_dir.join(name_or_path);
+        if !d.join("manifest.json").is_file() {
+            return Err(format!(
+                "unknown dataset `{name_or_path}`: no file of that name and no {}/manifest.json; `reprobench datasets list` shows the known ones",
+                d.display()
+            ));
+        }
+        Some(d)
+    };
+    let (name, rows_path, env_path, manifest) = match &dir {
+        Some(d) => {
+            let mpath = d.join("manifest.json");
+            let text = std::fs::read_to_string(&mpath)
+                .map_err(|e| format!("cannot read {}: {e}", mpath.display()))?;
+            let m: Manifest = serde_json::from_str(&text)
+                .map_err(|e| format!("{}: not a dataset manifest: {e}", mpath.display()))?;
+            let rows = d.join(&m.instances);
+            if !rows.is_file() {
+                let how = if m.source.is_some() {
+                    format!("run `reprobench datasets fetch {}`", m.name)
+                } else {
+                    "restore it from the repository".into()
+                };
+                return Err(format!(
+                    "dataset `{}` has no rows at {} yet; {how}",
+                    m.name,
+                    rows.display()
+                ));
+            }
+            let env = env_file
+                .map(Path::to_path_buf)
+                .or_else(|| m.env.as_ref().map(|e| d.join(e)));
+            (m.name.clone(), rows, env, Some(m))
+        }
+        None => {
+            let stem = as_path
+                .file_stem()
+                .and_then(|s| s.to_str())
+                .unwrap_or("dataset")
+                .to_string();
+            (
+                stem,
+                as_path.to_path_buf(),
+                env_file.map(Path::to_path_buf),
+                None,
+            )
+        }
+    };
+    let parsed: Parsed<SwtInstance> = load_rows(&rows_path)?;
+    let env_map: EnvMap = match &env_path {
+        Some(p) if p.is_file() => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            serde_json::from_str(&text).map_err(|e| {
+                format!(
+                    "{}: not an environment map (repo → version → spec): {e}",
+                    p.display()
+                )
+            })?
+        }
+        Some(p) if env_file.is_some() => {
+            return Err(format!("environment map {} does not exist", p.display()));
+        }
+        _ => EnvMap::new(),
+    };
+    let excluded_ids: std::collections::BTreeSet<&str> = manifest
+        .as_ref()
+        .and_then(|m| m.exclude.as_ref())
+        .map(|e| e.instance_ids.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    let mut out = LoadedDataset {
+        name,
+        dir,
+        manifest: manifest.clone(),
+        instances: Vec::new(),
+        errors: parsed.errors,
+        excluded: 0,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for mut inst in parsed.rows {
+        if excluded_ids.contains(inst.instance_id.as_str()) {
+            out.excluded += 1;
+            continue;
+        }
+        let location = rows_path.display().to_string();
+        if !seen.insert(inst.instance_id.clone()) {
+            out.errors.push(RowError {
+                location,
+                instance_id: Some(inst.instance_id),
+                message: "duplicate instance id; keep one row per instance".into(),
+            });
+            continue;
+        }
+        match env_for(&inst, &env_map) {
+            Ok(env) => {
+                let env = env.clone();
+                inst.env = Some(env);
+                out.instances.push(inst);
+            }
+            Err(message) => out.errors.push(RowError {
+                location,
+                instance_id: Some(inst.instance_id),
+                message,
+            }),
+        }
+    }
+    Ok(out)
+}

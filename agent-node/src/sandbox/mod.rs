@@ -1,0 +1,208 @@
+//! Sandboxes: where an SWT execution runs. One interface, two kinds: `docker` (images in layers,
+//! one container per execution, no network, resource limits) and `process` (a temporary checkout
+//! and a virtualenv, for machines without Docker; weaker isolation, and it says so).
+//!
+//! An execution is: a fresh copy of the repository at the base commit with its environment
+//! installed, some files written into it, one command run in it with a timeout, output captured.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub mod docker;
+pub mod process;
+
+/// Everything needed to build the environment an instance's executions run in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnvRecipe {
+    /// `owner/name`.
+    pub repo: String,
+    /// Bare mirror of the repository (`REPOS/OWNER__NAME.git`).
+    pub mirror: PathBuf,
+    /// Commit the executions start from.
+    pub base_commit: String,
+    /// Python version wanted, e.g. `3.11` (the base image's or host's Python must match major.minor).
+    pub python: String,
+    /// pip requirement specifiers installed into the environment.
+    pub packages: Vec<String>,
+    /// Shell commands run in the repository before `install`.
+    pub pre_install: Vec<String>,
+    /// Shell command that installs the repository into the environment ("" for none).
+    pub install: String,
+}
+
+impl EnvRecipe {
+    /// Content hash of the environment layer (Python and packages): the scheduler's affinity key.
+    pub fn env_key(&self) -> String {
+        reprobench_proto::swt::env_key(&self.python, &self.packages)
+    }
+
+    /// Content hash of the instance layer (environment + repository at the base commit + install).
+    pub fn instance_key(&self) -> String {
+        let mut h = reprobench_proto::swt::Fnv::default();
+        h.add("instance-v1");
+        h.add(&self.env_key());
+        h.add(&self.repo);
+        h.add(&self.base_commit);
+        for c in &self.pre_install {
+            h.add(c);
+        }
+        h.add(&self.install);
+        format!("{:016x}", h.0)
+    }
+}
+
+
+/// Resource limits of one execution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Limits {
+    /// CPUs (fractional allowed).
+    pub cpus: f64,
+    /// Memory in MiB.
+    pub memory_mb: u64,
+    /// Maximum number of processes/threads.
+    pub pids: u64,
+    /// Writable scratch space in MiB (work directory and /tmp).
+    pub disk_mb: u64,
+    /// Wall-clock limit; the whole process tree is killed when it passes.
+    pub timeout: Duration,
+    /// Output kept (bytes); the rest is dropped and `output_truncated` set.
+    pub max_output_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            cpus: 1.0,
+            memory_mb: 2048,
+            pids: 256,
+            disk_mb: 1024,
+            timeout: Duration::from_secs(1800),
+            max_output_bytes: 4 << 20,
+        }
+    }
+}
+
+/// A file written into the work directory (the repository root) before the command runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputFile {
+    /// Path relative to the work directory; must not escape it.
+    pub path: String,
+    /// Contents.
+    pub contents: Vec<u8>,
+    /// Unix mode, e.g. 0o644 or 0o755.
+    pub mode: u32,
+}
+
+/// One execution.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// Files to place in the work directory first.
+    pub files: Vec<InputFile>,
+    /// argv, run with the work directory as current directory.
+    pub command: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+    /// Limits.
+    pub limits: Limits,
+}
+
+/// What an execution produced.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOutput {
+    /// Exit code of the command; `None` when it was killed (timeout) or never started.
+    pub exit_code: Option<i64>,
+    /// The timeout fired and the process tree was killed.
+    pub timed_out: bool,
+    /// stdout and stderr, interleaved as written, lossily decoded, cut at `max_output_bytes`.
+    pub output: String,
+    /// Output was cut.
+    pub output_truncated: bool,
+    /// Time the command ran (from start to exit or kill).
+    pub command_time: Duration,
+    /// Time the harness itself spent around it (create, copy in, start, collect, remove).
+    pub overhead: Duration,
+}
+
+/// Sandbox failures, classified for the scheduler.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The machinery failed (engine down, build failed for a network reason, disk full): retry elsewhere.
+    #[error("{0}")]
+    Infra(String),
+    /// The instance cannot be prepared (commit missing from the mirror, install fails): final.
+    #[error("{0}")]
+    BadInput(String),
+}
+
+/// A prepared environment: an image tag (docker) or a checkout template and virtualenv (process).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prepared {
+    /// Docker image tag of the instance layer; the repository sits at [`docker::WORKDIR`].
+    Image(String),
+    /// A checkout at the base commit with its environment, copied afresh for every execution.
+    Checkout {
+        /// The template checkout.
+        template: PathBuf,
+        /// The virtualenv whose `bin/` goes first on PATH.
+        venv: PathBuf,
+    },
+}
+
+/// Where executions run.
+pub trait Sandbox: Send + Sync {
+    /// The executor kind this sandbox serves (`docker` or `process`).
+    fn kind(&self) -> &'static str;
+    /// Builds (or finds cached) the environment for a recipe.
+    fn prepare(&self, recipe: &EnvRecipe) -> crate::executor::BoxFuture<Result<Prepared, SandboxError>>;
+    /// Runs one execution in a fresh copy of a prepared environment.
+    fn exec(&self, prepared: &Prepared, req: ExecRequest) -> crate::executor::BoxFuture<Result<ExecOutput, SandboxError>>;
+}
+
+/// Rejects paths that are absolute or climb out of the work directory.
+pub fn check_relative_path(path: &str) -> Result<(), SandboxError> {
+    let p = std::path::Path::new(path);
+    let escapes = p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+    if escapes || path.is_empty() {
+        return Err(SandboxError::BadInput(format!(
+            "file path `{path}` must be relative and stay inside the repository"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recipe() -> EnvRecipe {
+        EnvRecipe {
+            repo: "o/n".into(),
+            mirror: "/m".into(),
+            base_commit: "abc".into(),
+            python: "3.11".into(),
+            packages: vec!["pytest".into()],
+            pre_install: vec![],
+            install: String::new(),
+        }
+    }
+
+    #[test]
+    fn keys_follow_content() {
+        let a = recipe();
+        let mut b = recipe();
+        b.base_commit = "def".into();
+        assert_eq!(a.env_key(), b.env_key(), "the environment does not depend on the commit");
+        assert_ne!(a.instance_key(), b.instance_key());
+        b.packages.push("numpy".into());
+        assert_ne!(a.env_key(), b.env_key());
+    }
+
+    #[test]
+    fn paths_stay_inside() {
+        assert!(check_relative_path("tests/test_x.py").is_ok());
+        assert!(check_relative_path("../x").is_err());
+        assert!(check_relative_path("/etc/passwd").is_err());
+        assert!(check_relative_path("a/../../b").is_err());
+        assert!(check_relative_path("").is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Process sandbox (being written).

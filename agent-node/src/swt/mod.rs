@@ -1,0 +1,8 @@
+//! The SWT track on a node: agents that produce a test patch (`gold`, `issue-snippet`, given
+//! predictions), and evaluation with SWT-bench semantics in a sandbox.
+
+pub mod grading;
+pub mod logparse;
+pub mod patch;
+pub mod script;
+pub mod snippet;

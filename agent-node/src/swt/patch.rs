@@ -1,0 +1,204 @@
+//! Unified diffs as test patches: which files they touch, whether they are usable, and the test
+//! directives they imply. Pure.
+
+/// Largest patch accepted (SWT-bench predictions are small; 10 MB is a runaway generation).
+pub const MAX_PATCH_BYTES: usize = 10 << 20;
+
+/// One file a diff touches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiffFile {
+    /// Path before (None for a new file).
+    pub old: Option<String>,
+    /// Path after (None for a deletion).
+    pub new: Option<String>,
+    /// The diff carries binary content for it.
+    pub binary: bool,
+}
+
+/// Why a patch cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchProblem {
+    /// Nothing but whitespace (or no patch at all).
+    Empty,
+    /// Larger than [`MAX_PATCH_BYTES`].
+    TooLarge(usize),
+    /// Binary content.
+    Binary(String),
+    /// A path outside the repository.
+    OutsideRepo(String),
+    /// No file headers found.
+    NotADiff,
+}
+
+impl PatchProblem {
+    /// Short machine-readable class for `error_class`/verdicts.
+    pub fn class(&self) -> &'static str {
+        match self {
+            PatchProblem::Empty => "empty_patch",
+            PatchProblem::TooLarge(_) => "patch_too_large",
+            PatchProblem::Binary(_) => "binary_patch",
+            PatchProblem::OutsideRepo(_) => "patch_outside_repo",
+            PatchProblem::NotADiff => "not_a_diff",
+        }
+    }
+
+    /// What is wrong and what to do, for a prediction of `instance`.
+    pub fn message(&self, instance: &str) -> String {
+        match self {
+            PatchProblem::Empty => format!("the prediction for {instance} is empty; the system produced no test"),
+            PatchProblem::TooLarge(n) => format!(
+                "the prediction for {instance} is {n} bytes, over the {MAX_PATCH_BYTES}-byte limit; a reproduction test patch should be small"
+            ),
+            PatchProblem::Binary(p) => format!("the prediction for {instance} carries binary content ({p}); test patches must be text diffs"),
+            PatchProblem::OutsideRepo(p) => format!(
+                "the prediction for {instance} touches `{p}`, outside the repository; paths must be relative (a/..., b/...) without `..`"
+            ),
+            PatchProblem::NotADiff => format!(
+                "the prediction for {instance} is not a unified diff (no `diff --git`/`---`/`+++` headers); give model_patch as a git diff"
+            ),
+        }
+    }
+}
+
+fn strip_prefix(path: &str) -> Option<String> {
+    let path = path.trim();
+    let path = path.split('\t').next().unwrap_or(path);
+    if path == "/dev/null" {
+        return None;
+    }
+    let p = path.strip_prefix("a/").or_else(|| path.strip_prefix("b/")).unwrap_or(path);
+    Some(p.trim_matches('"').to_string())
+}
+
+/// Files a diff touches, in order of appearance.
+pub fn diff_files(patch: &str) -> Vec<DiffFile> {
+    let mut files: Vec<DiffFile> = Vec::new();
+    let mut current: Option<DiffFile> = None;
+    for line in patch.lines() {
+        if let Some(rest) = line.strip_prefix("diff --git ") {
+            files.extend(current.take());
+            // `a/x b/x`: split at " b/" (paths with spaces are rare in test patches).
+            let (a, b) = rest.split_once(" b/").map_or((rest, rest), |(a, b)| (a, b));
+            current = Some(DiffFile { old: strip_prefix(a), new: strip_prefix(&format!("b/{b}")), binary: false });
+        } else if let Some(rest) = line.strip_prefix("--- ") {
+            let f = current.get_or_insert(DiffFile { old: None, new: None, binary: false });
+            f.old = strip_prefix(rest);
+        } else if let Some(rest) = line.strip_prefix("+++ ") {
+            if let Some(f) = current.as_mut() {
+                f.new = strip_prefix(rest);
+            } else {
+                current = Some(DiffFile { old: None, new: strip_prefix(rest), binary: false });
+            }
+        } else if line.starts_with("new file mode") {
+            if let Some(f) = current.as_mut() {
+                f.old = None;
+            }
+        } else if line.starts_with("deleted file mode") {
+            if let Some(f) = current.as_mut() {
+                f.new = None;
+            }
+        } else if line.starts_with("GIT binary patch") || (line.starts_with("Binary files ") && line.ends_with(" differ")) {
+            if let Some(f) = current.as_mut() {
+                f.binary = true;
+            }
+        }
+    }
+    files.extend(current);
+    files
+}
+
+fn escapes(path: &str) -> bool {
+    let p = std::path::Path::new(path);
+    p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
+/// Checks a prediction's patch before any sandbox is spent on it.
+pub fn validate(patch: Option<&str>) -> Result<Vec<DiffFile>, PatchProblem> {
+    let patch = patch.unwrap_or("");
+    if patch.trim().is_empty() {
+        return Err(PatchProblem::Empty);
+    }
+    if patch.len() > MAX_PATCH_BYTES {
+        return Err(PatchProblem::TooLarge(patch.len()));
+    }
+    if patch.contains('\0') {
+        return Err(PatchProblem::Binary("NUL bytes".into()));
+    }
+    let files = diff_files(patch);
+    if files.is_empty() {
+        return Err(PatchProblem::NotADiff);
+    }
+    for f in &files {
+        for p in f.old.iter().chain(f.new.iter()) {
+            if escapes(p) {
+                return Err(PatchProblem::OutsideRepo(p.clone()));
+            }
+        }
+        if f.binary {
+            return Err(PatchProblem::Binary(f.new.clone().or(f.old.clone()).unwrap_or_default()));
+        }
+    }
+    Ok(files)
+}
+
+/// Test directives for the runner: the Python files the test patch leaves in place, as paths
+/// (`tests/test_x.py`) or dotted modules (`tests.test_x`).
+pub fn test_directives(files: &[DiffFile], style: &str) -> Vec<String> {
+    let mut out: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.new.as_ref())
+        .filter(|p| p.ends_with(".py"))
+        .map(|p| if style == "modules" { p.trim_end_matches(".py").replace('/', ".") } else { p.clone() })
+        .collect();
+    out.dedup();
+    out
+}
+
+/// A diff that adds one new text file.
+pub fn new_file_diff(path: &str, contents: &str) -> String {
+    let lines: Vec<&str> = contents.lines().collect();
+    let mut d = format!("diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{} @@\n", lines.len());
+    for l in lines {
+        d.push('+');
+        d.push_str(l);
+        d.push('\n');
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODIFY: &str = "diff --git a/tests/test_a.py b/tests/test_a.py\nindex 1..2 100644\n--- a/tests/test_a.py\n+++ b/tests/test_a.py\n@@ -1 +1,2 @@\n x\n+y\n";
+
+    #[test]
+    fn reads_files_of_modifications_additions_and_deletions() {
+        let added = new_file_diff("tests/test_new.py", "def test_x():\n    assert 1\n");
+        let deleted = "diff --git a/old.py b/old.py\ndeleted file mode 100644\n--- a/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n";
+        let files = diff_files(&format!("{MODIFY}{added}{deleted}"));
+        assert_eq!(files.len(), 3);
+        assert_eq!(files[0].new.as_deref(), Some("tests/test_a.py"));
+        assert_eq!((files[1].old.as_deref(), files[1].new.as_deref()), (None, Some("tests/test_new.py")));
+        assert_eq!((files[2].old.as_deref(), files[2].new.as_deref()), (Some("old.py"), None));
+        assert_eq!(test_directives(&files, "paths"), vec!["tests/test_a.py", "tests/test_new.py"]);
+        assert_eq!(test_directives(&files, "modules"), vec!["tests.test_a", "tests.test_new"]);
+    }
+
+    #[test]
+    fn refuses_unusable_patches() {
+        assert_eq!(validate(None), Err(PatchProblem::Empty));
+        assert_eq!(validate(Some("  \n\t")), Err(PatchProblem::Empty));
+        assert_eq!(validate(Some("just some text\n")), Err(PatchProblem::NotADiff));
+        let big = format!("{MODIFY}{}", "+x\n".repeat(MAX_PATCH_BYTES / 3 + 1));
+        assert!(matches!(validate(Some(&big)), Err(PatchProblem::TooLarge(_))));
+        let escape = MODIFY.replace("tests/test_a.py", "../outside.py");
+        assert_eq!(validate(Some(&escape)), Err(PatchProblem::OutsideRepo("../outside.py".into())));
+        let absolute = "--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n";
+        assert!(matches!(validate(Some(absolute)), Err(PatchProblem::OutsideRepo(_))));
+        let binary = "diff --git a/x.bin b/x.bin\nnew file mode 100644\nGIT binary patch\nliteral 3\nabc\n";
+        assert!(matches!(validate(Some(binary)), Err(PatchProblem::Binary(_))));
+        assert!(validate(Some(MODIFY)).is_ok());
+        assert_eq!(PatchProblem::Empty.class(), "empty_patch");
+    }
+}
