@@ -4,6 +4,9 @@
 //! lost, and drains on request.
 
 use crate::executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor};
+use crate::sandbox::docker::{DockerConfig, DockerSandbox};
+use crate::sandbox::process::ProcessSandbox;
+use crate::swt::evaluate::SwtExecutor;
 use crate::synthetic::SyntheticExecutor;
 use reprobench_proto::auth::{ClientError, CoordinatorAddress, error_chain};
 use reprobench_proto::kind::SlotSpec;
@@ -13,6 +16,7 @@ use reprobench_proto::v1::{
     NodeMessage, Outcome, RegisterRequest, SlotCount, coordinator_message, node_message,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
@@ -33,6 +37,84 @@ pub struct NodeConfig {
     pub drain_timeout: Duration,
     /// Longest wait between reconnection tries.
     pub max_backoff: Duration,
+    /// Where SWT executors find mirrors and keep caches and artifacts.
+    pub swt: SwtSettings,
+}
+
+/// Settings of the SWT executors (`docker`, `process`).
+#[derive(Debug, Clone)]
+pub struct SwtSettings {
+    /// Directory of bare mirrors `OWNER__NAME.git`.
+    pub repos: PathBuf,
+    /// Cache of gold/base executions and of process-sandbox environments.
+    pub cache_dir: PathBuf,
+    /// Where each attempt's files (test patch, logs, report) go.
+    pub artifacts: PathBuf,
+    /// Docker sandbox settings.
+    pub docker: DockerConfig,
+}
+
+impl Default for SwtSettings {
+    fn default() -> Self {
+        let docker = DockerConfig::default();
+        SwtSettings {
+            repos: reprobench_proto::swt::default_datasets_dir().join("repos"),
+            cache_dir: docker.cache_dir.clone(),
+            artifacts: docker.cache_dir.join("artifacts"),
+            docker,
+        }
+    }
+}
+
+/// Cache directory of the process sandbox: under /var/tmp when running as root, so that the
+/// unprivileged user executions run as can reach it.
+fn process_cache_dir(cache: &std::path::Path) -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        PathBuf::from("/var/tmp/reprobench/process")
+    } else {
+        cache.join("process")
+    }
+}
+
+/// Builds the executor of each kind the node offers slots for.
+async fn build_executors(
+    cfg: &NodeConfig,
+) -> Result<HashMap<String, Arc<dyn Executor>>, NodeError> {
+    let mut executors: HashMap<String, Arc<dyn Executor>> = HashMap::new();
+    for spec in &cfg.slots {
+        let s = &cfg.swt;
+        let exec: Arc<dyn Executor> = match spec.kind.as_str() {
+            "synthetic" => Arc::new(SyntheticExecutor),
+            "process" => {
+                let sandbox = Arc::new(ProcessSandbox::new(process_cache_dir(&s.cache_dir)));
+                Arc::new(SwtExecutor::new(
+                    sandbox,
+                    s.repos.clone(),
+                    s.cache_dir.clone(),
+                    s.artifacts.clone(),
+                ))
+            }
+            "docker" => {
+                let sandbox = DockerSandbox::connect(s.docker.clone())
+                    .await
+                    .map_err(|e| NodeError::Config(format!("--slots docker=N: {e}")))?;
+                Arc::new(SwtExecutor::new(
+                    Arc::new(sandbox),
+                    s.repos.clone(),
+                    s.cache_dir.clone(),
+                    s.artifacts.clone(),
+                ))
+            }
+            other => {
+                return Err(NodeError::Config(format!(
+                    "this build has no `{other}` executor yet; offer slots of: synthetic, process, docker"
+                )));
+            }
+        };
+        executors.insert(spec.kind.clone(), exec);
+    }
+    Ok(executors)
 }
 
 /// Why a node stopped for good.
@@ -105,25 +187,7 @@ pub async fn run_node(
     cfg: NodeConfig,
     mut shutdown: mpsc::UnboundedReceiver<()>,
 ) -> Result<(), NodeError> {
-    let mut executors: HashMap<String, Arc<dyn Executor>> = HashMap::new();
-    let builtin: Vec<Arc<dyn Executor>> = vec![Arc::new(SyntheticExecutor)];
-    for spec in &cfg.slots {
-        let exec = builtin
-            .iter()
-            .find(|e| e.kind() == spec.kind)
-            .ok_or_else(|| {
-                NodeError::Config(format!(
-                    "this build has no `{}` executor yet; offer slots of: {}",
-                    spec.kind,
-                    builtin
-                        .iter()
-                        .map(|e| e.kind())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
-            })?;
-        executors.insert(spec.kind.clone(), exec.clone());
-    }
+    let executors = build_executors(&cfg).await?;
     if cfg.slots.is_empty() {
         return Err(NodeError::Config(
             "no slots offered; pass --slots KIND=N, e.g. --slots synthetic=2".into(),

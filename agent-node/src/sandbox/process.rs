@@ -6,7 +6,9 @@
 //! file size; when the node runs as root it also gets an empty network namespace and runs as
 //! `nobody`, which makes the process limit bite and keeps it out of everything but its copy.
 
-use super::{EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError, check_relative_path};
+use super::{
+    EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError, check_relative_path,
+};
 use crate::executor::BoxFuture;
 use std::collections::HashMap;
 use std::io::Read;
@@ -41,7 +43,11 @@ impl ProcessSandbox {
                 "process sandbox: `nobody` cannot reach the cache directory, so executions run as root without a process limit; pick a --cache-dir under a world-traversable path"
             );
         }
-        ProcessSandbox { cache_dir, locks: Mutex::new(HashMap::new()), as_nobody }
+        ProcessSandbox {
+            cache_dir,
+            locks: Mutex::new(HashMap::new()),
+            as_nobody,
+        }
     }
 
     /// Whether executions run as `nobody` in their own network namespace.
@@ -50,14 +56,22 @@ impl ProcessSandbox {
     }
 
     fn lock_for(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks.lock().expect("lock table").entry(key.to_string()).or_default().clone()
+        self.locks
+            .lock()
+            .expect("lock table")
+            .entry(key.to_string())
+            .or_default()
+            .clone()
     }
 }
 
 /// Every directory from `path` up must be traversable by others for `nobody` to reach it.
 fn nobody_can_reach(path: &Path) -> bool {
-    let Ok(abs) = std::fs::canonicalize(path) else { return false };
-    abs.ancestors().all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+    let Ok(abs) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    abs.ancestors()
+        .all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
 }
 
 fn infra(what: &str, e: impl std::fmt::Display) -> SandboxError {
@@ -66,14 +80,21 @@ fn infra(what: &str, e: impl std::fmt::Display) -> SandboxError {
 
 /// Runs a setup command to completion, returning its combined output on failure.
 fn run_setup(cmd: &mut std::process::Command, what: &str) -> Result<(), String> {
-    let out = cmd.stdin(Stdio::null()).output().map_err(|e| format!("{what}: cannot start: {e}"))?;
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{what}: cannot start: {e}"))?;
     if out.status.success() {
         return Ok(());
     }
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     let tail: Vec<&str> = text.lines().rev().take(30).collect();
-    Err(format!("{what} failed ({}):\n{}", out.status, tail.into_iter().rev().collect::<Vec<_>>().join("\n")))
+    Err(format!(
+        "{what} failed ({}):\n{}",
+        out.status,
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    ))
 }
 
 /// A host interpreter of the wanted `major.minor` (`python3.X` or `python3` on PATH, or in
@@ -81,7 +102,9 @@ fn run_setup(cmd: &mut std::process::Command, what: &str) -> Result<(), String> 
 /// standard library reachable), since executions then run as `nobody`.
 fn find_python(wanted: &str, public: bool) -> Result<String, SandboxError> {
     let names = [format!("python{wanted}"), "python3".to_string()];
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH").map(|p| std::env::split_paths(&p).collect()).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
     dirs.extend(["/usr/local/bin", "/usr/bin"].map(PathBuf::from));
     for dir in &dirs {
         for name in &names {
@@ -95,17 +118,26 @@ fn find_python(wanted: &str, public: bool) -> Result<String, SandboxError> {
             let Ok(out) = out else { continue };
             let text = String::from_utf8_lossy(&out.stdout).into_owned();
             let mut lines = text.lines();
-            let (Some(version), Some(prefix), Some(exe)) = (lines.next(), lines.next(), lines.next()) else { continue };
+            let (Some(version), Some(prefix), Some(exe)) =
+                (lines.next(), lines.next(), lines.next())
+            else {
+                continue;
+            };
             if !out.status.success() || version != wanted {
                 continue;
             }
-            if public && !(nobody_can_reach(Path::new(prefix)) && nobody_can_reach(Path::new(exe))) {
+            if public && !(nobody_can_reach(Path::new(prefix)) && nobody_can_reach(Path::new(exe)))
+            {
                 continue;
             }
             return Ok(exe.to_string());
         }
     }
-    let who = if public { " that the unprivileged user `nobody` can run" } else { "" };
+    let who = if public {
+        " that the unprivileged user `nobody` can run"
+    } else {
+        ""
+    };
     Err(SandboxError::BadInput(format!(
         "the instance wants Python {wanted}, and this machine has no such interpreter{who} (looked for python{wanted} and python3 on PATH, /usr/local/bin, /usr/bin); install it, or use the docker executor with a base image that has it"
     )))
@@ -113,39 +145,67 @@ fn find_python(wanted: &str, public: bool) -> Result<String, SandboxError> {
 
 fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBuf, SandboxError> {
     // Interpreters differ when executions run as nobody (it must be able to run the venv's).
-    let name = if public { format!("{}-public", recipe.env_key()) } else { recipe.env_key() };
+    let name = if public {
+        format!("{}-public", recipe.env_key())
+    } else {
+        recipe.env_key()
+    };
     let dir = cache.join("venvs").join(&name);
     if dir.join(".reprobench-ready").exists() {
         return Ok(dir);
     }
     let python = find_python(&recipe.python, public)?;
-    let tmp = cache.join("venvs").join(format!("{name}.tmp-{}", std::process::id()));
+    let tmp = cache
+        .join("venvs")
+        .join(format!("{name}.tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(tmp.parent().expect("has parent")).map_err(|e| infra("creating the venv cache", e))?;
-    run_setup(std::process::Command::new(&python).args(["-m", "venv"]).arg(&tmp), "creating a virtualenv")
-        .map_err(SandboxError::Infra)?;
+    std::fs::create_dir_all(tmp.parent().expect("has parent"))
+        .map_err(|e| infra("creating the venv cache", e))?;
+    run_setup(
+        std::process::Command::new(&python)
+            .args(["-m", "venv"])
+            .arg(&tmp),
+        "creating a virtualenv",
+    )
+    .map_err(SandboxError::Infra)?;
     if !recipe.packages.is_empty() {
         let pip = tmp.join("bin/pip");
         let result = run_setup(
             std::process::Command::new(pip)
-                .args(["install", "--quiet", "--disable-pip-version-check", "--no-input"])
+                .args([
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                ])
                 .args(&recipe.packages),
             &format!("pip install {}", recipe.packages.join(" ")),
         );
         if let Err(e) = result {
             let _ = std::fs::remove_dir_all(&tmp);
             // A resolver error names the package; anything else (no network, index down) is infrastructure.
-            let bad = e.contains("No matching distribution") || e.contains("Could not find a version") || e.contains("ResolutionImpossible");
-            return Err(if bad { SandboxError::BadInput(e) } else { SandboxError::Infra(e) });
+            let bad = e.contains("No matching distribution")
+                || e.contains("Could not find a version")
+                || e.contains("ResolutionImpossible");
+            return Err(if bad {
+                SandboxError::BadInput(e)
+            } else {
+                SandboxError::Infra(e)
+            });
         }
     }
-    std::fs::write(tmp.join(".reprobench-ready"), b"").map_err(|e| infra("marking the venv ready", e))?;
+    std::fs::write(tmp.join(".reprobench-ready"), b"")
+        .map_err(|e| infra("marking the venv ready", e))?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&tmp, &dir).map_err(|e| infra("moving the venv into place", e))?;
     Ok(dir)
 }
 
-fn prepare_checkout(cache: &Path, recipe: &EnvRecipe, venv: &Path) -> Result<PathBuf, SandboxError> {
+fn prepare_checkout(
+    cache: &Path,
+    recipe: &EnvRecipe,
+    venv: &Path,
+) -> Result<PathBuf, SandboxError> {
     let dir = cache.join("checkouts").join(recipe.instance_key());
     if dir.join(".git/reprobench-ready").exists() {
         return Ok(dir);
@@ -160,7 +220,11 @@ fn prepare_checkout(cache: &Path, recipe: &EnvRecipe, venv: &Path) -> Result<Pat
     let has_commit = std::process::Command::new("git")
         .arg("-C")
         .arg(&recipe.mirror)
-        .args(["cat-file", "-e", &format!("{}^{{commit}}", recipe.base_commit)])
+        .args([
+            "cat-file",
+            "-e",
+            &format!("{}^{{commit}}", recipe.base_commit),
+        ])
         .stderr(Stdio::null())
         .status()
         .map_err(|e| infra("running git (is it installed?)", e))?;
@@ -172,17 +236,49 @@ fn prepare_checkout(cache: &Path, recipe: &EnvRecipe, venv: &Path) -> Result<Pat
             recipe.mirror.display()
         )));
     }
-    let tmp = cache.join("checkouts").join(format!("{}.tmp-{}", recipe.instance_key(), std::process::id()));
+    let tmp = cache.join("checkouts").join(format!(
+        "{}.tmp-{}",
+        recipe.instance_key(),
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(tmp.parent().expect("has parent")).map_err(|e| infra("creating the checkout cache", e))?;
-    run_setup(std::process::Command::new("git").args(["clone", "-q", "--no-checkout"]).arg(&recipe.mirror).arg(&tmp), "git clone")
-        .map_err(SandboxError::Infra)?;
-    run_setup(std::process::Command::new("git").arg("-C").arg(&tmp).args(["checkout", "-q", "--detach", &recipe.base_commit]), "git checkout")
-        .map_err(SandboxError::Infra)?;
-    let path = format!("{}/bin:{}", venv.display(), std::env::var("PATH").unwrap_or_default());
-    for cmd in recipe.pre_install.iter().chain(std::iter::once(&recipe.install)).filter(|c| !c.trim().is_empty()) {
+    std::fs::create_dir_all(tmp.parent().expect("has parent"))
+        .map_err(|e| infra("creating the checkout cache", e))?;
+    run_setup(
+        std::process::Command::new("git")
+            .args(["clone", "-q", "--no-checkout"])
+            .arg(&recipe.mirror)
+            .arg(&tmp),
+        "git clone",
+    )
+    .map_err(SandboxError::Infra)?;
+    run_setup(
+        std::process::Command::new("git").arg("-C").arg(&tmp).args([
+            "checkout",
+            "-q",
+            "--detach",
+            &recipe.base_commit,
+        ]),
+        "git checkout",
+    )
+    .map_err(SandboxError::Infra)?;
+    let path = format!(
+        "{}/bin:{}",
+        venv.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for cmd in recipe
+        .pre_install
+        .iter()
+        .chain(std::iter::once(&recipe.install))
+        .filter(|c| !c.trim().is_empty())
+    {
         let r = run_setup(
-            std::process::Command::new("bash").args(["-c", cmd]).current_dir(&tmp).env("PATH", &path).env("VIRTUAL_ENV", venv),
+            std::process::Command::new("bash")
+                .args(["-c", cmd])
+                .current_dir(&tmp)
+                .env("PATH", &path)
+                .env("VIRTUAL_ENV", venv),
             &format!("`{cmd}` in {}", recipe.repo),
         );
         if let Err(e) = r {
@@ -190,7 +286,8 @@ fn prepare_checkout(cache: &Path, recipe: &EnvRecipe, venv: &Path) -> Result<Pat
             return Err(SandboxError::BadInput(e));
         }
     }
-    std::fs::write(tmp.join(".git/reprobench-ready"), b"").map_err(|e| infra("marking the checkout ready", e))?;
+    std::fs::write(tmp.join(".git/reprobench-ready"), b"")
+        .map_err(|e| infra("marking the checkout ready", e))?;
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::rename(&tmp, &dir).map_err(|e| infra("moving the checkout into place", e))?;
     Ok(dir)
@@ -206,7 +303,10 @@ struct ChildLimits {
 }
 
 fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
-    let lim = libc::rlimit { rlim_cur: value as libc::rlim_t, rlim_max: value as libc::rlim_t };
+    let lim = libc::rlimit {
+        rlim_cur: value as libc::rlim_t,
+        rlim_max: value as libc::rlim_t,
+    };
     // SAFETY: setrlimit with a valid struct; failure leaves the old limit, which is acceptable.
     unsafe { libc::setrlimit(resource, &lim) };
 }
@@ -238,16 +338,28 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
         .status()
         .map_err(|e| infra("copying the checkout", e))?;
     if !status.success() {
-        return Err(SandboxError::Infra(format!("copying {} failed ({status}); is the disk full?", from.display())));
+        return Err(SandboxError::Infra(format!(
+            "copying {} failed ({status}); is the disk full?",
+            from.display()
+        )));
     }
     Ok(())
 }
 
-fn exec_blocking(cache: &Path, template: &Path, venv: &Path, req: ExecRequest, as_nobody: bool) -> Result<ExecOutput, SandboxError> {
+fn exec_blocking(
+    cache: &Path,
+    template: &Path,
+    venv: &Path,
+    req: ExecRequest,
+    as_nobody: bool,
+) -> Result<ExecOutput, SandboxError> {
     let started = Instant::now();
     let work_root = cache.join("work");
     std::fs::create_dir_all(&work_root).map_err(|e| infra("creating the work directory", e))?;
-    let work = tempfile::Builder::new().prefix("exec-").tempdir_in(&work_root).map_err(|e| infra("creating the work directory", e))?;
+    let work = tempfile::Builder::new()
+        .prefix("exec-")
+        .tempdir_in(&work_root)
+        .map_err(|e| infra("creating the work directory", e))?;
     copy_tree(template, work.path())?;
     for f in &req.files {
         check_relative_path(&f.path)?;
@@ -256,17 +368,25 @@ fn exec_blocking(cache: &Path, template: &Path, venv: &Path, req: ExecRequest, a
             std::fs::create_dir_all(parent).map_err(|e| infra("writing input files", e))?;
         }
         std::fs::write(&dest, &f.contents).map_err(|e| infra("writing input files", e))?;
-        std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(f.mode)).map_err(|e| infra("writing input files", e))?;
+        std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(f.mode))
+            .map_err(|e| infra("writing input files", e))?;
     }
     if as_nobody {
         // The copy must be writable by the unprivileged user the execution runs as.
-        let status = std::process::Command::new("chown").args(["-R", &format!("{NOBODY}:{NOBODY}")]).arg(work.path()).status();
+        let status = std::process::Command::new("chown")
+            .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+            .arg(work.path())
+            .status();
         if !status.is_ok_and(|s| s.success()) {
-            return Err(SandboxError::Infra("cannot hand the work directory to nobody".into()));
+            return Err(SandboxError::Infra(
+                "cannot hand the work directory to nobody".into(),
+            ));
         }
     }
     let (reader, writer) = std::io::pipe().map_err(|e| infra("creating the output pipe", e))?;
-    let writer2 = writer.try_clone().map_err(|e| infra("creating the output pipe", e))?;
+    let writer2 = writer
+        .try_clone()
+        .map_err(|e| infra("creating the output pipe", e))?;
     let Some((program, args)) = req.command.split_first() else {
         return Err(SandboxError::BadInput("empty command".into()));
     };
@@ -274,7 +394,10 @@ fn exec_blocking(cache: &Path, template: &Path, venv: &Path, req: ExecRequest, a
     cmd.args(args)
         .current_dir(work.path())
         .env_clear()
-        .env("PATH", format!("{}/bin:/usr/local/bin:/usr/bin:/bin", venv.display()))
+        .env(
+            "PATH",
+            format!("{}/bin:/usr/local/bin:/usr/bin:/bin", venv.display()),
+        )
         .env("VIRTUAL_ENV", venv)
         .env("HOME", work.path())
         .env("TMPDIR", work.path())
@@ -300,7 +423,10 @@ fn exec_blocking(cache: &Path, template: &Path, venv: &Path, req: ExecRequest, a
             if limits.as_nobody {
                 // An empty network namespace: no route anywhere (best effort).
                 libc::unshare(libc::CLONE_NEWNET);
-                if libc::setgroups(0, std::ptr::null()) != 0 || libc::setgid(NOBODY) != 0 || libc::setuid(NOBODY) != 0 {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(NOBODY) != 0
+                    || libc::setuid(NOBODY) != 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
             }
@@ -310,7 +436,9 @@ fn exec_blocking(cache: &Path, template: &Path, venv: &Path, req: ExecRequest, a
     }
     let setup = started.elapsed();
     let command_start = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| infra(&format!("starting `{program}`"), e))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| infra(&format!("starting `{program}`"), e))?;
     drop(cmd); // closes our copies of the pipe's write end
     let pgid = child.id() as libc::pid_t;
     let cap = req.limits.max_output_bytes;
@@ -340,7 +468,9 @@ fn exec_blocking(cache: &Path, template: &Path, venv: &Path, req: ExecRequest, a
     drop(work); // removes the copy
     let exit_code = status.and_then(|s| {
         use std::os::unix::process::ExitStatusExt;
-        s.code().map(i64::from).or_else(|| s.signal().map(|sig| 128 + i64::from(sig)))
+        s.code()
+            .map(i64::from)
+            .or_else(|| s.signal().map(|sig| 128 + i64::from(sig)))
     });
     Ok(ExecOutput {
         exit_code: if timed_out { None } else { exit_code },
@@ -368,27 +498,38 @@ impl Sandbox for ProcessSandbox {
             let venv = {
                 let _e = env_lock.lock().await;
                 let (c, r) = (cache.clone(), recipe.clone());
-                tokio::task::spawn_blocking(move || prepare_venv(&c, &r, public)).await.map_err(|e| infra("venv task", e))??
+                tokio::task::spawn_blocking(move || prepare_venv(&c, &r, public))
+                    .await
+                    .map_err(|e| infra("venv task", e))??
             };
             let v = venv.clone();
-            let template = tokio::task::spawn_blocking(move || prepare_checkout(&cache, &recipe, &v))
-                .await
-                .map_err(|e| infra("checkout task", e))??;
+            let template =
+                tokio::task::spawn_blocking(move || prepare_checkout(&cache, &recipe, &v))
+                    .await
+                    .map_err(|e| infra("checkout task", e))??;
             Ok(Prepared::Checkout { template, venv })
         })
     }
 
-    fn exec(&self, prepared: &Prepared, req: ExecRequest) -> BoxFuture<Result<ExecOutput, SandboxError>> {
+    fn exec(
+        &self,
+        prepared: &Prepared,
+        req: ExecRequest,
+    ) -> BoxFuture<Result<ExecOutput, SandboxError>> {
         let cache = self.cache_dir.clone();
         let prepared = prepared.clone();
         let as_nobody = self.as_nobody;
         Box::pin(async move {
             let Prepared::Checkout { template, venv } = prepared else {
-                return Err(SandboxError::Infra("the process sandbox was handed a docker image".into()));
+                return Err(SandboxError::Infra(
+                    "the process sandbox was handed a docker image".into(),
+                ));
             };
-            tokio::task::spawn_blocking(move || exec_blocking(&cache, &template, &venv, req, as_nobody))
-                .await
-                .map_err(|e| infra("execution task", e))?
+            tokio::task::spawn_blocking(move || {
+                exec_blocking(&cache, &template, &venv, req, as_nobody)
+            })
+            .await
+            .map_err(|e| infra("execution task", e))?
         })
     }
 }
@@ -423,29 +564,61 @@ mod tests {
         git(&["init", "-q", "-b", "main"], &src);
         git(&["add", "-A"], &src);
         git(&["commit", "-q", "-m", "init"], &src);
-        let out = std::process::Command::new("git").args(["rev-parse", "HEAD"]).current_dir(&src).output().unwrap();
+        let out = std::process::Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(&src)
+            .output()
+            .unwrap();
         let commit = String::from_utf8(out.stdout).unwrap().trim().to_string();
         let bare = dir.join("o__r.git");
-        git(&["clone", "-q", "--bare", src.to_str().unwrap(), bare.to_str().unwrap()], dir);
+        git(
+            &[
+                "clone",
+                "-q",
+                "--bare",
+                src.to_str().unwrap(),
+                bare.to_str().unwrap(),
+            ],
+            dir,
+        );
         (bare, commit)
     }
 
     fn recipe(mirror: PathBuf, commit: String) -> EnvRecipe {
         let python = String::from_utf8(
-            std::process::Command::new("python3").args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"]).output().unwrap().stdout,
+            std::process::Command::new("python3")
+                .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+                .output()
+                .unwrap()
+                .stdout,
         )
         .unwrap()
         .trim()
         .to_string();
-        EnvRecipe { repo: "o/r".into(), mirror, base_commit: commit, python, packages: vec![], pre_install: vec![], install: String::new() }
+        EnvRecipe {
+            repo: "o/r".into(),
+            mirror,
+            base_commit: commit,
+            python,
+            packages: vec![],
+            pre_install: vec![],
+            install: String::new(),
+        }
     }
 
     fn req(command: &[&str], timeout: Duration) -> ExecRequest {
         ExecRequest {
-            files: vec![InputFile { path: "in/data.txt".into(), contents: b"hello".to_vec(), mode: 0o644 }],
+            files: vec![InputFile {
+                path: "in/data.txt".into(),
+                contents: b"hello".to_vec(),
+                mode: 0o644,
+            }],
             command: command.iter().map(|s| s.to_string()).collect(),
             env: vec![("GREETING".into(), "hi".into())],
-            limits: Limits { timeout, ..Limits::default() },
+            limits: Limits {
+                timeout,
+                ..Limits::default()
+            },
         }
     }
 
@@ -455,8 +628,15 @@ mod tests {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let (bare, commit) = mirror(dir.path(), &[("app.py", "print('from app')\n")]);
         let sb = ProcessSandbox::new(dir.path().join("cache"));
-        let prepared = sb.prepare(&recipe(bare.clone(), commit.clone())).await.unwrap();
-        assert_eq!(sb.prepare(&recipe(bare, commit)).await.unwrap(), prepared, "cached");
+        let prepared = sb
+            .prepare(&recipe(bare.clone(), commit.clone()))
+            .await
+            .unwrap();
+        assert_eq!(
+            sb.prepare(&recipe(bare, commit)).await.unwrap(),
+            prepared,
+            "cached"
+        );
 
         let out = sb
             .exec(&prepared, req(&["bash", "-c", "python app.py; cat in/data.txt; echo \" $GREETING\"; touch made_here; exit 3"], Duration::from_secs(60)))
@@ -466,16 +646,44 @@ mod tests {
         assert!(!out.timed_out);
         assert_eq!(out.output, "from app\nhello hi\n");
         // The next execution starts from a clean copy.
-        let out = sb.exec(&prepared, req(&["bash", "-c", "test -e made_here"], Duration::from_secs(60))).await.unwrap();
+        let out = sb
+            .exec(
+                &prepared,
+                req(
+                    &["bash", "-c", "test -e made_here"],
+                    Duration::from_secs(60),
+                ),
+            )
+            .await
+            .unwrap();
         assert_eq!(out.exit_code, Some(1));
 
-        let out = sb.exec(&prepared, req(&["bash", "-c", "sleep 30 & sleep 30"], Duration::from_millis(300))).await.unwrap();
+        let out = sb
+            .exec(
+                &prepared,
+                req(
+                    &["bash", "-c", "sleep 30 & sleep 30"],
+                    Duration::from_millis(300),
+                ),
+            )
+            .await
+            .unwrap();
         assert!(out.timed_out);
         assert_eq!(out.exit_code, None);
         assert!(out.command_time < Duration::from_secs(10));
 
-        let bad = ExecRequest { files: vec![InputFile { path: "../x".into(), contents: vec![], mode: 0o644 }], ..req(&["true"], Duration::from_secs(5)) };
-        assert!(matches!(sb.exec(&prepared, bad).await, Err(SandboxError::BadInput(_))));
+        let bad = ExecRequest {
+            files: vec![InputFile {
+                path: "../x".into(),
+                contents: vec![],
+                mode: 0o644,
+            }],
+            ..req(&["true"], Duration::from_secs(5))
+        };
+        assert!(matches!(
+            sb.exec(&prepared, bad).await,
+            Err(SandboxError::BadInput(_))
+        ));
     }
 
     #[tokio::test]
@@ -485,28 +693,53 @@ mod tests {
         let (bare, commit) = mirror(dir.path(), &[("a.py", "")]);
         let sb = ProcessSandbox::new(dir.path().join("cache"));
         if !sb.isolates_user() {
-            eprintln!("skipped: the process sandbox isolates executions only when the node runs as root");
+            eprintln!(
+                "skipped: the process sandbox isolates executions only when the node runs as root"
+            );
             return;
         }
         let prepared = sb.prepare(&recipe(bare, commit)).await.unwrap();
         let connect = "import socket\ntry:\n socket.create_connection(('127.0.0.1', 9), timeout=5)\nexcept OSError as e:\n print('refused', e.errno)\n";
-        let out = sb.exec(&prepared, req(&["python", "-c", connect], Duration::from_secs(30))).await.unwrap();
+        let out = sb
+            .exec(
+                &prepared,
+                req(&["python", "-c", connect], Duration::from_secs(30)),
+            )
+            .await
+            .unwrap();
         assert!(out.output.starts_with("refused"), "{}", out.output);
         let bomb = ExecRequest {
-            limits: Limits { pids: 64, timeout: Duration::from_secs(3), ..Limits::default() },
-            ..req(&["bash", "-c", "b() { b | b & }; b; sleep 1; echo survived # reprobench-bomb-marker"], Duration::from_secs(3))
+            limits: Limits {
+                pids: 64,
+                timeout: Duration::from_secs(3),
+                ..Limits::default()
+            },
+            ..req(
+                &[
+                    "bash",
+                    "-c",
+                    "b() { b | b & }; b; sleep 1; echo survived # reprobench-bomb-marker",
+                ],
+                Duration::from_secs(3),
+            )
         };
         let out = sb.exec(&prepared, bomb).await.unwrap();
         assert!(out.command_time < Duration::from_secs(20));
         // Killed processes take a moment to be reaped: poll with a deadline.
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let left = std::process::Command::new("pgrep").args(["-c", "-f", "reprobench-bomb-marker"]).output().unwrap();
+            let left = std::process::Command::new("pgrep")
+                .args(["-c", "-f", "reprobench-bomb-marker"])
+                .output()
+                .unwrap();
             let n = String::from_utf8_lossy(&left.stdout).trim().to_string();
             if n == "0" {
                 break;
             }
-            assert!(Instant::now() < deadline, "{n} processes of the execution are left");
+            assert!(
+                Instant::now() < deadline,
+                "{n} processes of the execution are left"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -517,8 +750,17 @@ mod tests {
         let (bare, _) = mirror(dir.path(), &[("a.py", "")]);
         let sb = ProcessSandbox::new(dir.path().join("cache"));
         let err = sb.prepare(&recipe(bare, "0".repeat(40))).await.unwrap_err();
-        assert!(matches!(err, SandboxError::BadInput(ref m) if m.contains("not in the mirror")), "{err}");
-        let err = sb.prepare(&recipe(dir.path().join("nope.git"), "0".repeat(40))).await.unwrap_err();
-        assert!(matches!(err, SandboxError::BadInput(ref m) if m.contains("no mirror")), "{err}");
+        assert!(
+            matches!(err, SandboxError::BadInput(ref m) if m.contains("not in the mirror")),
+            "{err}"
+        );
+        let err = sb
+            .prepare(&recipe(dir.path().join("nope.git"), "0".repeat(40)))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, SandboxError::BadInput(ref m) if m.contains("no mirror")),
+            "{err}"
+        );
     }
 }

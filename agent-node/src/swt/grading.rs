@@ -49,7 +49,9 @@ pub fn transition(pre: Option<TestStatus>, post: Option<TestStatus>) -> Option<T
 pub fn transitions(pre: &TestStatuses, post: &TestStatuses) -> BTreeMap<String, Transition> {
     let ids: BTreeSet<&String> = pre.keys().chain(post.keys()).collect();
     ids.into_iter()
-        .filter_map(|id| transition(pre.get(id).copied(), post.get(id).copied()).map(|t| (id.clone(), t)))
+        .filter_map(|id| {
+            transition(pre.get(id).copied(), post.get(id).copied()).map(|t| (id.clone(), t))
+        })
         .collect()
 }
 
@@ -100,7 +102,10 @@ pub fn grade(
     let base_tests_still_run = base.keys().filter(|id| pred.contains_key(*id)).count();
     let applicable = patch_applied && (base_tests == 0 || base_tests_still_run * 10 >= base_tests);
     Grade {
-        resolved: patch_applied && !added_f2p.is_empty() && added_p2f.is_empty() && added_f2f.is_empty(),
+        resolved: patch_applied
+            && !added_f2p.is_empty()
+            && added_p2f.is_empty()
+            && added_f2f.is_empty(),
         applicable,
         f2x: patch_applied && (!added_f2p.is_empty() || !added_f2f.is_empty()),
         f2p: patch_applied && !added_f2p.is_empty(),
@@ -118,7 +123,9 @@ pub fn grade(
 /// yet no test is reported as failing, no reported pass can be trusted, so passes become failures.
 pub fn distrust_passes_on_failed_exit(statuses: &mut TestStatuses, exit_code: Option<i64>) {
     let failed_exit = exit_code != Some(0);
-    let any_failure = statuses.values().any(|s| matches!(s, TestStatus::Failed | TestStatus::Error));
+    let any_failure = statuses
+        .values()
+        .any(|s| matches!(s, TestStatus::Failed | TestStatus::Error));
     if failed_exit && !any_failure {
         for s in statuses.values_mut() {
             if *s == TestStatus::Passed {
@@ -161,45 +168,122 @@ mod tests {
         for (pre, post, want) in cases {
             assert_eq!(transition(pre, post), want, "{pre:?} -> {post:?}");
         }
-        let t = transitions(&statuses(&[("a", Failed), ("b", Passed)]), &statuses(&[("a", Passed), ("c", Passed)]));
-        assert_eq!(t, table(&[("a", FailToPass), ("b", PassToFail), ("c", FailToPass)]));
+        let t = transitions(
+            &statuses(&[("a", Failed), ("b", Passed)]),
+            &statuses(&[("a", Passed), ("c", Passed)]),
+        );
+        assert_eq!(
+            t,
+            table(&[("a", FailToPass), ("b", PassToFail), ("c", FailToPass)])
+        );
     }
 
-    fn check(pred: &[(&str, Transition)], base: &[(&str, Transition)], applied: bool, want: (bool, bool, bool, bool, bool)) {
+    fn check(
+        pred: &[(&str, Transition)],
+        base: &[(&str, Transition)],
+        applied: bool,
+        want: (bool, bool, bool, bool, bool),
+    ) {
         let g = grade(&table(pred), &table(base), applied);
-        assert_eq!((g.resolved, g.applicable, g.f2x, g.f2p, g.p2p), want, "pred {pred:?} base {base:?}: {g:?}");
+        assert_eq!(
+            (g.resolved, g.applicable, g.f2x, g.f2p, g.p2p),
+            want,
+            "pred {pred:?} base {base:?}: {g:?}"
+        );
     }
 
     #[test]
     fn resolved_needs_an_added_f2p_and_nothing_bad() {
         // (resolved, applicable, f2x, f2p, p2p)
-        check(&[("new", FailToPass)], &[], true, (true, true, true, true, false));
-        check(&[("new", FailToPass), ("old", PassToPass)], &[("old", PassToPass)], true, (true, true, true, true, false));
+        check(
+            &[("new", FailToPass)],
+            &[],
+            true,
+            (true, true, true, true, false),
+        );
+        check(
+            &[("new", FailToPass), ("old", PassToPass)],
+            &[("old", PassToPass)],
+            true,
+            (true, true, true, true, false),
+        );
         // A test failing before and after: F→F, not resolved.
-        check(&[("t", FailToFail)], &[], true, (false, true, true, false, false));
-        check(&[("t", FailToPass), ("u", FailToFail)], &[], true, (false, true, true, true, false));
+        check(
+            &[("t", FailToFail)],
+            &[],
+            true,
+            (false, true, true, false, false),
+        );
+        check(
+            &[("t", FailToPass), ("u", FailToFail)],
+            &[],
+            true,
+            (false, true, true, true, false),
+        );
         // A test passing before and after: P→P, not resolved.
-        check(&[("t", PassToPass)], &[], true, (false, true, false, false, true));
+        check(
+            &[("t", PassToPass)],
+            &[],
+            true,
+            (false, true, false, false, true),
+        );
         // An added P→F spoils it.
-        check(&[("t", FailToPass), ("old", PassToFail)], &[("old", PassToPass)], true, (false, true, true, true, false));
+        check(
+            &[("t", FailToPass), ("old", PassToFail)],
+            &[("old", PassToPass)],
+            true,
+            (false, true, true, true, false),
+        );
         // F→P already in the base run is not added.
-        check(&[("t", FailToPass)], &[("t", FailToPass)], true, (false, true, false, false, false));
+        check(
+            &[("t", FailToPass)],
+            &[("t", FailToPass)],
+            true,
+            (false, true, false, false, false),
+        );
         // F→F already in the base run is not added: still resolved.
-        check(&[("t", FailToPass), ("flaky", FailToFail)], &[("flaky", FailToFail)], true, (true, true, true, true, false));
+        check(
+            &[("t", FailToPass), ("flaky", FailToFail)],
+            &[("flaky", FailToFail)],
+            true,
+            (true, true, true, true, false),
+        );
         // Unmatched never counts.
-        check(&[("t", Unmatched)], &[], true, (false, true, false, false, false));
+        check(
+            &[("t", Unmatched)],
+            &[],
+            true,
+            (false, true, false, false, false),
+        );
         // A patch that did not apply gets nothing.
-        check(&[("t", FailToPass)], &[], false, (false, false, false, false, false));
+        check(
+            &[("t", FailToPass)],
+            &[],
+            false,
+            (false, false, false, false, false),
+        );
         // Nothing at all (empty prediction).
         check(&[], &[], true, (false, true, false, false, false));
     }
 
     #[test]
     fn applicability_needs_a_tenth_of_the_base_tests() {
-        let base: Vec<(String, Transition)> = (0..20).map(|i| (format!("b{i}"), PassToPass)).collect();
-        let base_ref: Vec<(&str, Transition)> = base.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-        check(&[("b0", PassToPass), ("new", FailToPass)], &base_ref, true, (true, false, true, true, false));
-        check(&[("b0", PassToPass), ("b1", PassToPass), ("new", FailToPass)], &base_ref, true, (true, true, true, true, false));
+        let base: Vec<(String, Transition)> =
+            (0..20).map(|i| (format!("b{i}"), PassToPass)).collect();
+        let base_ref: Vec<(&str, Transition)> =
+            base.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        check(
+            &[("b0", PassToPass), ("new", FailToPass)],
+            &base_ref,
+            true,
+            (true, false, true, true, false),
+        );
+        check(
+            &[("b0", PassToPass), ("b1", PassToPass), ("new", FailToPass)],
+            &base_ref,
+            true,
+            (true, true, true, true, false),
+        );
     }
 
     #[test]

@@ -3,11 +3,11 @@
 //! One interface, one implementation per runner (pytest, unittest); per-repository parsers
 //! (django, sympy, ...) plug in by name through [`parser_for`].
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Outcome of one test. Ordered from best to worst: when a log reports a test twice, the worse wins.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum TestStatus {
     /// Passed (an expected failure counts as passed, as in SWE-bench).
@@ -69,7 +69,9 @@ fn pytest_status(word: &str) -> Option<TestStatus> {
 fn pytest_id(rest: &str) -> &str {
     let rest = rest.trim_start();
     let end = match (rest.find('['), rest.find(' ')) {
-        (Some(b), sp) if sp.is_none_or(|s| b < s) => rest[b..].find(']').map_or(rest.len(), |e| b + e + 1),
+        (Some(b), sp) if sp.is_none_or(|s| b < s) => {
+            rest[b..].find(']').map_or(rest.len(), |e| b + e + 1)
+        }
         (_, Some(s)) => s,
         _ => rest.len(),
     };
@@ -133,11 +135,19 @@ fn unittest_id(head: &str) -> Option<String> {
     let open = head.find(" (")?;
     let name = &head[..open];
     let dotted = head[open + 2..].strip_suffix(')')?;
-    let valid = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '.');
+    let valid = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+    };
     if !valid(name) || !valid(dotted) || name.contains('.') {
         return None;
     }
-    Some(if dotted.ends_with(&format!(".{name}")) { dotted.to_string() } else { format!("{dotted}.{name}") })
+    Some(if dotted.ends_with(&format!(".{name}")) {
+        dotted.to_string()
+    } else {
+        format!("{dotted}.{name}")
+    })
 }
 
 impl LogParser for Unittest {
@@ -150,8 +160,15 @@ impl LogParser for Unittest {
         let mut pending: Option<String> = None;
         for line in log.lines() {
             let line = line.trim_end();
-            if let Some(rest) = line.strip_prefix("FAIL: ").or_else(|| line.strip_prefix("ERROR: ")) {
-                let status = if line.starts_with("FAIL") { TestStatus::Failed } else { TestStatus::Error };
+            if let Some(rest) = line
+                .strip_prefix("FAIL: ")
+                .or_else(|| line.strip_prefix("ERROR: "))
+            {
+                let status = if line.starts_with("FAIL") {
+                    TestStatus::Failed
+                } else {
+                    TestStatus::Error
+                };
                 if let Some(id) = unittest_id(rest) {
                     record(&mut out, &id, status);
                 }

@@ -45,11 +45,15 @@ impl PatchProblem {
     /// What is wrong and what to do, for a prediction of `instance`.
     pub fn message(&self, instance: &str) -> String {
         match self {
-            PatchProblem::Empty => format!("the prediction for {instance} is empty; the system produced no test"),
+            PatchProblem::Empty => {
+                format!("the prediction for {instance} is empty; the system produced no test")
+            }
             PatchProblem::TooLarge(n) => format!(
                 "the prediction for {instance} is {n} bytes, over the {MAX_PATCH_BYTES}-byte limit; a reproduction test patch should be small"
             ),
-            PatchProblem::Binary(p) => format!("the prediction for {instance} carries binary content ({p}); test patches must be text diffs"),
+            PatchProblem::Binary(p) => format!(
+                "the prediction for {instance} carries binary content ({p}); test patches must be text diffs"
+            ),
             PatchProblem::OutsideRepo(p) => format!(
                 "the prediction for {instance} touches `{p}`, outside the repository; paths must be relative (a/..., b/...) without `..`"
             ),
@@ -66,7 +70,10 @@ fn strip_prefix(path: &str) -> Option<String> {
     if path == "/dev/null" {
         return None;
     }
-    let p = path.strip_prefix("a/").or_else(|| path.strip_prefix("b/")).unwrap_or(path);
+    let p = path
+        .strip_prefix("a/")
+        .or_else(|| path.strip_prefix("b/"))
+        .unwrap_or(path);
     Some(p.trim_matches('"').to_string())
 }
 
@@ -79,15 +86,27 @@ pub fn diff_files(patch: &str) -> Vec<DiffFile> {
             files.extend(current.take());
             // `a/x b/x`: split at " b/" (paths with spaces are rare in test patches).
             let (a, b) = rest.split_once(" b/").map_or((rest, rest), |(a, b)| (a, b));
-            current = Some(DiffFile { old: strip_prefix(a), new: strip_prefix(&format!("b/{b}")), binary: false });
+            current = Some(DiffFile {
+                old: strip_prefix(a),
+                new: strip_prefix(&format!("b/{b}")),
+                binary: false,
+            });
         } else if let Some(rest) = line.strip_prefix("--- ") {
-            let f = current.get_or_insert(DiffFile { old: None, new: None, binary: false });
+            let f = current.get_or_insert(DiffFile {
+                old: None,
+                new: None,
+                binary: false,
+            });
             f.old = strip_prefix(rest);
         } else if let Some(rest) = line.strip_prefix("+++ ") {
             if let Some(f) = current.as_mut() {
                 f.new = strip_prefix(rest);
             } else {
-                current = Some(DiffFile { old: None, new: strip_prefix(rest), binary: false });
+                current = Some(DiffFile {
+                    old: None,
+                    new: strip_prefix(rest),
+                    binary: false,
+                });
             }
         } else if line.starts_with("new file mode") {
             if let Some(f) = current.as_mut() {
@@ -97,7 +116,9 @@ pub fn diff_files(patch: &str) -> Vec<DiffFile> {
             if let Some(f) = current.as_mut() {
                 f.new = None;
             }
-        } else if line.starts_with("GIT binary patch") || (line.starts_with("Binary files ") && line.ends_with(" differ")) {
+        } else if line.starts_with("GIT binary patch")
+            || (line.starts_with("Binary files ") && line.ends_with(" differ"))
+        {
             if let Some(f) = current.as_mut() {
                 f.binary = true;
             }
@@ -109,7 +130,9 @@ pub fn diff_files(patch: &str) -> Vec<DiffFile> {
 
 fn escapes(path: &str) -> bool {
     let p = std::path::Path::new(path);
-    p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir))
+    p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
 /// Checks a prediction's patch before any sandbox is spent on it.
@@ -135,7 +158,9 @@ pub fn validate(patch: Option<&str>) -> Result<Vec<DiffFile>, PatchProblem> {
             }
         }
         if f.binary {
-            return Err(PatchProblem::Binary(f.new.clone().or(f.old.clone()).unwrap_or_default()));
+            return Err(PatchProblem::Binary(
+                f.new.clone().or(f.old.clone()).unwrap_or_default(),
+            ));
         }
     }
     Ok(files)
@@ -148,7 +173,13 @@ pub fn test_directives(files: &[DiffFile], style: &str) -> Vec<String> {
         .iter()
         .filter_map(|f| f.new.as_ref())
         .filter(|p| p.ends_with(".py"))
-        .map(|p| if style == "modules" { p.trim_end_matches(".py").replace('/', ".") } else { p.clone() })
+        .map(|p| {
+            if style == "modules" {
+                p.trim_end_matches(".py").replace('/', ".")
+            } else {
+                p.clone()
+            }
+        })
         .collect();
     out.dedup();
     out
@@ -157,7 +188,10 @@ pub fn test_directives(files: &[DiffFile], style: &str) -> Vec<String> {
 /// A diff that adds one new text file.
 pub fn new_file_diff(path: &str, contents: &str) -> String {
     let lines: Vec<&str> = contents.lines().collect();
-    let mut d = format!("diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{} @@\n", lines.len());
+    let mut d = format!(
+        "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{} @@\n",
+        lines.len()
+    );
     for l in lines {
         d.push('+');
         d.push_str(l);
@@ -179,25 +213,53 @@ mod tests {
         let files = diff_files(&format!("{MODIFY}{added}{deleted}"));
         assert_eq!(files.len(), 3);
         assert_eq!(files[0].new.as_deref(), Some("tests/test_a.py"));
-        assert_eq!((files[1].old.as_deref(), files[1].new.as_deref()), (None, Some("tests/test_new.py")));
-        assert_eq!((files[2].old.as_deref(), files[2].new.as_deref()), (Some("old.py"), None));
-        assert_eq!(test_directives(&files, "paths"), vec!["tests/test_a.py", "tests/test_new.py"]);
-        assert_eq!(test_directives(&files, "modules"), vec!["tests.test_a", "tests.test_new"]);
+        assert_eq!(
+            (files[1].old.as_deref(), files[1].new.as_deref()),
+            (None, Some("tests/test_new.py"))
+        );
+        assert_eq!(
+            (files[2].old.as_deref(), files[2].new.as_deref()),
+            (Some("old.py"), None)
+        );
+        assert_eq!(
+            test_directives(&files, "paths"),
+            vec!["tests/test_a.py", "tests/test_new.py"]
+        );
+        assert_eq!(
+            test_directives(&files, "modules"),
+            vec!["tests.test_a", "tests.test_new"]
+        );
     }
 
     #[test]
     fn refuses_unusable_patches() {
         assert_eq!(validate(None), Err(PatchProblem::Empty));
         assert_eq!(validate(Some("  \n\t")), Err(PatchProblem::Empty));
-        assert_eq!(validate(Some("just some text\n")), Err(PatchProblem::NotADiff));
+        assert_eq!(
+            validate(Some("just some text\n")),
+            Err(PatchProblem::NotADiff)
+        );
         let big = format!("{MODIFY}{}", "+x\n".repeat(MAX_PATCH_BYTES / 3 + 1));
-        assert!(matches!(validate(Some(&big)), Err(PatchProblem::TooLarge(_))));
+        assert!(matches!(
+            validate(Some(&big)),
+            Err(PatchProblem::TooLarge(_))
+        ));
         let escape = MODIFY.replace("tests/test_a.py", "../outside.py");
-        assert_eq!(validate(Some(&escape)), Err(PatchProblem::OutsideRepo("../outside.py".into())));
+        assert_eq!(
+            validate(Some(&escape)),
+            Err(PatchProblem::OutsideRepo("../outside.py".into()))
+        );
         let absolute = "--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n";
-        assert!(matches!(validate(Some(absolute)), Err(PatchProblem::OutsideRepo(_))));
-        let binary = "diff --git a/x.bin b/x.bin\nnew file mode 100644\nGIT binary patch\nliteral 3\nabc\n";
-        assert!(matches!(validate(Some(binary)), Err(PatchProblem::Binary(_))));
+        assert!(matches!(
+            validate(Some(absolute)),
+            Err(PatchProblem::OutsideRepo(_))
+        ));
+        let binary =
+            "diff --git a/x.bin b/x.bin\nnew file mode 100644\nGIT binary patch\nliteral 3\nabc\n";
+        assert!(matches!(
+            validate(Some(binary)),
+            Err(PatchProblem::Binary(_))
+        ));
         assert!(validate(Some(MODIFY)).is_ok());
         assert_eq!(PatchProblem::Empty.class(), "empty_patch");
     }

@@ -32,7 +32,10 @@ pub struct Plan<'a> {
 }
 
 fn shell_quote(s: &str) -> String {
-    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-:=+,".contains(c)) {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-:=+,".contains(c))
+    {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', "'\\''"))
@@ -43,10 +46,17 @@ fn shell_quote(s: &str) -> String {
 pub fn build(plan: &Plan<'_>) -> (Vec<InputFile>, Vec<String>) {
     let mut files = Vec::new();
     let mut steps = String::new();
-    for (label, patch, code) in [("test", plan.test_patch, EXIT_TEST_PATCH_FAILED), ("code", plan.code_patch, EXIT_CODE_PATCH_FAILED)] {
+    for (label, patch, code) in [
+        ("test", plan.test_patch, EXIT_TEST_PATCH_FAILED),
+        ("code", plan.code_patch, EXIT_CODE_PATCH_FAILED),
+    ] {
         if let Some(p) = patch {
             let name = format!("{HARNESS_DIR}/{label}.patch");
-            files.push(InputFile { path: name.clone(), contents: p.as_bytes().to_vec(), mode: 0o644 });
+            files.push(InputFile {
+                path: name.clone(),
+                contents: p.as_bytes().to_vec(),
+                mode: 0o644,
+            });
             steps.push_str(&format!("apply {label} {name} || exit {code}\n"));
         }
     }
@@ -83,7 +93,11 @@ exit $rc
         directives = directives.join(" "),
     );
     let script_path = format!("{HARNESS_DIR}/run.sh");
-    files.push(InputFile { path: script_path.clone(), contents: script.into_bytes(), mode: 0o755 });
+    files.push(InputFile {
+        path: script_path.clone(),
+        contents: script.into_bytes(),
+        mode: 0o755,
+    });
     (files, vec!["bash".into(), script_path])
 }
 
@@ -140,15 +154,32 @@ mod tests {
     #[test]
     fn builds_files_and_command() {
         let d = vec!["tests/test a.py".to_string()];
-        let plan = Plan { test_patch: Some("T"), code_patch: Some("C"), test_cmd: "python -m pytest", directives: &d, nonce: "n1" };
+        let plan = Plan {
+            test_patch: Some("T"),
+            code_patch: Some("C"),
+            test_cmd: "python -m pytest",
+            directives: &d,
+            nonce: "n1",
+        };
         let (files, cmd) = build(&plan);
         assert_eq!(cmd, vec!["bash", ".reprobench/run.sh"]);
         let names: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
-        assert_eq!(names, vec![".reprobench/test.patch", ".reprobench/code.patch", ".reprobench/run.sh"]);
+        assert_eq!(
+            names,
+            vec![
+                ".reprobench/test.patch",
+                ".reprobench/code.patch",
+                ".reprobench/run.sh"
+            ]
+        );
         let script = String::from_utf8(files[2].contents.clone()).unwrap();
         assert!(script.contains("python -m pytest 'tests/test a.py'"));
         assert!(script.find("apply test").unwrap() < script.find("apply code").unwrap());
-        let base = Plan { test_patch: None, code_patch: None, ..plan };
+        let base = Plan {
+            test_patch: None,
+            code_patch: None,
+            ..plan
+        };
         assert_eq!(build(&base).0.len(), 1);
     }
 

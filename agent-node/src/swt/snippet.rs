@@ -15,10 +15,18 @@ pub fn code_blocks(issue: &str) -> Vec<String> {
     let mut lines = issue.lines();
     while let Some(line) = lines.next() {
         let t = line.trim_start();
-        let Some(tag) = t.strip_prefix("```") else { continue };
+        let Some(tag) = t.strip_prefix("```") else {
+            continue;
+        };
         let tag = tag.trim().to_ascii_lowercase();
-        let body: Vec<&str> = lines.by_ref().take_while(|l| !l.trim_start().starts_with("```")).collect();
-        if !matches!(tag.as_str(), "" | "python" | "py" | "python3" | "pycon" | "ipython") {
+        let body: Vec<&str> = lines
+            .by_ref()
+            .take_while(|l| !l.trim_start().starts_with("```"))
+            .collect();
+        if !matches!(
+            tag.as_str(),
+            "" | "python" | "py" | "python3" | "pycon" | "ipython"
+        ) {
             continue;
         }
         if let Some(code) = python_code(&body) {
@@ -38,7 +46,9 @@ fn python_code(body: &[&str]) -> Option<String> {
         body.iter()
             .filter_map(|l| {
                 let t = l.trim_start();
-                t.strip_prefix(">>> ").or_else(|| t.strip_prefix("... ")).or(if t == "..." { Some("") } else { None })
+                t.strip_prefix(">>> ")
+                    .or_else(|| t.strip_prefix("... "))
+                    .or(if t == "..." { Some("") } else { None })
             })
             .map(str::to_string)
             .collect()
@@ -56,7 +66,18 @@ fn dedent(lines: &[String]) -> String {
         .map(|l| l.len() - l.trim_start().len())
         .min()
         .unwrap_or(0);
-    lines.iter().map(|l| if l.len() >= indent { &l[indent..] } else { l.trim_start() }).collect::<Vec<_>>().join("\n") + "\n"
+    lines
+        .iter()
+        .map(|l| {
+            if l.len() >= indent {
+                &l[indent..]
+            } else {
+                l.trim_start()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
 }
 
 /// The test patch for an issue, or `None` when the issue has no Python code.
@@ -107,20 +128,34 @@ mod tests {
         let issue = "Hi,\n\n```python\nfrom pkg import f\nf(\"x\")\n```\n\nTraceback:\n```\nTraceback (most recent call last):\n  File ...\n```\n\
                      ```bash\n$ pip install pkg\n```\n```pycon\n>>> import pkg\n>>> pkg.g(1,\n...       2)\n3\n```\n";
         let blocks = code_blocks(issue);
-        assert_eq!(blocks, vec!["from pkg import f\nf(\"x\")\n", "import pkg\npkg.g(1,\n      2)\n"]);
+        assert_eq!(
+            blocks,
+            vec![
+                "from pkg import f\nf(\"x\")\n",
+                "import pkg\npkg.g(1,\n      2)\n"
+            ]
+        );
     }
 
     #[test]
     fn no_code_means_no_test() {
-        assert_eq!(test_patch("It crashes when I pass an empty list. Please fix."), None);
+        assert_eq!(
+            test_patch("It crashes when I pass an empty list. Please fix."),
+            None
+        );
         assert_eq!(test_patch("```\n\n```"), None);
     }
 
     #[test]
     fn the_patch_adds_one_runnable_test_file() {
         let patch = test_patch("```py\nprint(\"a\\\\b\")\n```").unwrap();
-        assert!(patch.starts_with(&format!("diff --git a/{TEST_FILE} b/{TEST_FILE}\nnew file mode 100644")));
-        assert!(patch.contains("+SNIPPET_0 = \"print(\\\"a\\\\\\\\b\\\")\\n\""), "{patch}");
+        assert!(patch.starts_with(&format!(
+            "diff --git a/{TEST_FILE} b/{TEST_FILE}\nnew file mode 100644"
+        )));
+        assert!(
+            patch.contains("+SNIPPET_0 = \"print(\\\"a\\\\\\\\b\\\")\\n\""),
+            "{patch}"
+        );
         assert!(patch.contains("+    def test_snippet_0(self):"));
         let files = crate::swt::patch::validate(Some(&patch)).unwrap();
         assert_eq!(files.len(), 1);
