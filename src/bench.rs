@@ -195,7 +195,12 @@ async fn timed_run(nodes: u32, slots: u32, policy: Policy, sweep: &str) -> Resul
         kind: "synthetic".into(),
         slots,
     }];
-    let mut cluster = LocalCluster::start(&dir, nodes, &spec, core).await?;
+    let local = crate::client::LocalNodes {
+        count: nodes,
+        slots: spec.to_vec(),
+        args: vec![],
+    };
+    let mut cluster = LocalCluster::start(&dir, &local, core).await?;
     let result = async {
         cluster
             .wait_for_nodes(nodes, Duration::from_secs(30))
@@ -205,7 +210,7 @@ async fn timed_run(nodes: u32, slots: u32, policy: Policy, sweep: &str) -> Resul
         let sub = c
             .submit_run(SubmitRunRequest {
                 sweep_toml: sweep.into(),
-                resume_existing: false,
+                ..Default::default()
             })
             .await?
             .into_inner();

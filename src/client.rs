@@ -18,18 +18,12 @@ use std::time::{Duration, Instant};
 
 type Client = RunServiceClient<AuthedChannel>;
 
-/// What a finished `run` reports.
-pub struct RunOutcome {
-    /// The run.
-    pub run_id: String,
-}
-
 async fn client(address: &CoordinatorAddress) -> Result<Client> {
     Ok(RunServiceClient::new(address.connect().await?).max_decoding_message_size(64 << 20))
 }
 
 /// Resolves a client's target to a coordinator address (from --coordinator, or from --data's address file).
-fn address_of(t: &Target) -> Result<CoordinatorAddress> {
+pub fn address_of(t: &Target) -> Result<CoordinatorAddress> {
     if let Some(url) = &t.coordinator {
         let token_file = t
             .token_file
@@ -81,80 +75,137 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let sweep = std::fs::read_to_string(&a.sweep)
         .with_context(|| format!("cannot read the sweep spec {}", a.sweep.display()))?;
     // Check the spec here too, so a typo is reported before any cluster starts.
-    reprobench_proto::sweep::SweepSpec::from_toml(&sweep)
+    let spec = reprobench_proto::sweep::SweepSpec::from_toml(&sweep)
         .with_context(|| format!("in {}", a.sweep.display()))?;
-    if let Some(n) = a.local_nodes {
-        let data = data_dir(&a.target);
-        run_local(&data, n, &a.node_slots, &sweep, a.new, a.json).await?;
-        return Ok(ExitCode::SUCCESS);
-    }
-    let address = address_of(&a.target)?;
-    let mut c = client(&address).await?;
-    let sub = c
-        .submit_run(SubmitRunRequest {
-            sweep_toml: sweep,
-            resume_existing: !a.new,
-        })
-        .await
-        .map_err(status_error)?
-        .into_inner();
-    if a.detach {
-        if a.json {
-            println!(
-                "{}",
-                serde_json::json!({ "run_id": sub.run_id, "tasks": sub.tasks, "resumed": sub.resumed })
-            );
-        } else {
-            println!("{}", sub.run_id);
+    let sweep_dir = a.sweep.parent().unwrap_or(Path::new("."));
+    let (attachments, problems) = crate::datasets::attach(&spec, &a.datasets_dir(), sweep_dir)?;
+    crate::datasets::print_row_errors(&problems);
+    let req = SubmitRunRequest {
+        sweep_toml: sweep,
+        resume_existing: !a.new,
+        attachments: attachments.into_iter().collect(),
+        reuse_finished: false,
+    };
+    let done = if let Some(n) = a.local_nodes {
+        let nodes = LocalNodes {
+            count: n,
+            slots: a.node_slots.clone(),
+            args: a.node.node_args(),
+        };
+        run_local(&data_dir(&a.target), &nodes, req, a.json).await?
+    } else {
+        let address = address_of(&a.target)?;
+        if a.detach {
+            let sub = client(&address)
+                .await?
+                .submit_run(req)
+                .await
+                .map_err(status_error)?
+                .into_inner();
+            if a.json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "run_id": sub.run_id, "tasks": sub.tasks, "resumed": sub.resumed })
+                );
+            } else {
+                println!("{}", sub.run_id);
+            }
+            return Ok(ExitCode::SUCCESS);
         }
-        return Ok(ExitCode::SUCCESS);
-    }
-    note_submitted(&sub, a.json);
-    let started = Instant::now();
-    let summary = tokio::select! {
-        s = watch(&address, &sub.run_id, a.json) => s?,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("\ninterrupted: run {} goes on in the coordinator; `reprobench status {}` follows it", sub.run_id, sub.run_id);
-            return Ok(ExitCode::from(130));
+        match submit_and_wait(&address, req, a.json).await {
+            Ok(d) => d,
+            Err(e) if e.downcast_ref::<Interrupted>().is_some() => {
+                eprintln!(
+                    "\n{e}; the run goes on in the coordinator: `reprobench status` follows it"
+                );
+                return Ok(ExitCode::from(130));
+            }
+            Err(e) => return Err(e),
         }
     };
-    let rows = fetch_results(&address, &sub.run_id).await?;
-    report(&summary, &rows, started.elapsed(), sub.resumed, a.json);
+    report(&done, a.json);
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs a sweep on a fresh local cluster and prints its report.
+/// Nodes of a local cluster.
+#[derive(Debug, Clone)]
+pub struct LocalNodes {
+    /// How many node processes.
+    pub count: u32,
+    /// Slots of each.
+    pub slots: Vec<SlotSpec>,
+    /// Extra `reprobench node` arguments (repositories, caches, base image).
+    pub args: Vec<String>,
+}
+
+/// A finished (or cancelled) run and its results.
+pub struct Finished {
+    /// The run's totals.
+    pub summary: RunSummary,
+    /// Its result rows (with details).
+    pub rows: Vec<ResultRow>,
+    /// An earlier run of the same sweep was picked up.
+    pub resumed: bool,
+    /// Time this command waited.
+    pub elapsed: Duration,
+}
+
+/// The user stopped waiting (Ctrl-C).
+#[derive(Debug)]
+pub struct Interrupted(pub String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "interrupted: run {} is kept", self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Submits a run, follows it with progress until it ends, and fetches its results.
+pub async fn submit_and_wait(
+    address: &CoordinatorAddress,
+    req: SubmitRunRequest,
+    quiet: bool,
+) -> Result<Finished> {
+    let sub = client(address)
+        .await?
+        .submit_run(req)
+        .await
+        .map_err(status_error)?
+        .into_inner();
+    note_submitted(&sub, quiet);
+    let started = Instant::now();
+    let summary = tokio::select! {
+        s = watch(address, &sub.run_id, quiet) => s?,
+        _ = tokio::signal::ctrl_c() => return Err(Interrupted(sub.run_id).into()),
+    };
+    let rows = fetch_results(address, &sub.run_id).await?;
+    Ok(Finished {
+        summary,
+        rows,
+        resumed: sub.resumed,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// Runs a request on a fresh local cluster (embedded coordinator, node processes) and stops it after.
 pub async fn run_local(
     data: &Path,
-    nodes: u32,
-    slots: &[SlotSpec],
-    sweep: &str,
-    new: bool,
-    json: bool,
-) -> Result<RunOutcome> {
-    let cluster = LocalCluster::start(data, nodes, slots, CoreConfig::default()).await?;
-    let result = async {
-        let mut c = client(&cluster.address).await?;
-        let sub = c
-            .submit_run(SubmitRunRequest { sweep_toml: sweep.to_string(), resume_existing: !new })
-            .await
-            .map_err(status_error)?
-            .into_inner();
-        note_submitted(&sub, json);
-        let started = Instant::now();
-        let summary = tokio::select! {
-            s = watch(&cluster.address, &sub.run_id, json) => s?,
-            _ = tokio::signal::ctrl_c() => {
-                bail!("interrupted: run {} is saved in {}; run the same command again to resume it", sub.run_id, data.display());
-            }
-        };
-        let rows = fetch_results(&cluster.address, &sub.run_id).await?;
-        report(&summary, &rows, started.elapsed(), sub.resumed, json);
-        Ok(RunOutcome { run_id: sub.run_id })
-    }
-    .await;
+    nodes: &LocalNodes,
+    req: SubmitRunRequest,
+    quiet: bool,
+) -> Result<Finished> {
+    let cluster = LocalCluster::start(data, nodes, CoreConfig::default()).await?;
+    let result = submit_and_wait(&cluster.address, req, quiet).await;
     cluster.stop().await;
-    result
+    result.map_err(|e| match e.downcast::<Interrupted>() {
+        Ok(i) => anyhow!(
+            "{i} in {}; run the same command again to resume it",
+            data.display()
+        ),
+        Err(e) => e,
+    })
 }
 
 fn note_submitted(sub: &SubmitRunResponse, json: bool) {
@@ -298,7 +349,9 @@ async fn fetch_results(address: &CoordinatorAddress, run_id: &str) -> Result<Vec
     Ok(rows)
 }
 
-fn report(s: &RunSummary, rows: &[ResultRow], elapsed: Duration, resumed: bool, json: bool) {
+/// Prints a finished run: one JSON object, or a line and the summary table.
+pub fn report(done: &Finished, json: bool) {
+    let (s, rows, elapsed, resumed) = (&done.summary, &done.rows, done.elapsed, done.resumed);
     if json {
         let v = serde_json::json!({
             "run_id": s.run_id,

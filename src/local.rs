@@ -1,6 +1,7 @@
 //! A real cluster on this machine: an embedded coordinator on loopback and N `reprobench node`
 //! processes of this same binary. `run --local-nodes`, `quickstart` and the benchmarks use it.
 
+use crate::client::LocalNodes;
 use anyhow::{Context, Result, bail};
 use reprobench_coordinator::core::CoreConfig;
 use reprobench_coordinator::{Coordinator, ServeConfig};
@@ -25,10 +26,10 @@ impl LocalCluster {
     /// Starts the coordinator on `data_dir` and `nodes` node processes with `slots` each.
     pub async fn start(
         data_dir: &Path,
-        nodes: u32,
-        slots: &[SlotSpec],
+        local: &LocalNodes,
         core: CoreConfig,
     ) -> Result<LocalCluster> {
+        let (nodes, slots) = (local.count, &local.slots);
         if nodes == 0 {
             bail!("--local-nodes must be at least 1");
         }
@@ -66,6 +67,7 @@ impl LocalCluster {
             for s in slots {
                 cmd.arg("--slots").arg(format!("{}={}", s.kind, s.slots));
             }
+            cmd.args(&local.args);
             cmd.stdin(Stdio::null())
                 .stdout(log.try_clone()?)
                 .stderr(log);
@@ -154,32 +156,69 @@ impl Drop for LocalCluster {
     }
 }
 
-/// `reprobench quickstart`: a synthetic sweep on a local cluster, with the summary table.
+/// `reprobench quickstart`: swt-mini evaluated with the `gold` and `issue-snippet` agents on a
+/// local cluster (docker when the engine and base image are there, else the process executor).
 pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
-    let sweep = r#"
-name = "quickstart"
-datasets = ["synthetic:120:40"]
-repeats = 2
-seed = 7
-[[agents]]
-name = "synthetic"
-"#;
+    let node = crate::SwtNodeArgs::defaults();
+    let datasets_dir = reprobench_proto::swt::default_datasets_dir();
+    let ds = crate::datasets::load("swt-mini", &datasets_dir, Path::new("."), None)?;
+    crate::datasets::ensure_mirrors(&ds, &node.settings().repos)?;
+    let executor = crate::eval::auto_executor(&node, json).await;
     if !json {
         eprintln!(
-            "quickstart: a synthetic sweep (120 instances × 2 repeats, ~40 ms each) on a local cluster of {nodes} node processes.\n\
-             Synthetic tasks run no agent and no model: they exercise the cluster. Data: {}\n",
+            "quickstart: swt-mini ({} instances in 4 small Python projects) evaluated SWT-bench style with two agents that need no LLM:\n\
+             `gold` (the golden test patch) and `issue-snippet` (the issue's code blocks turned into a test), on {nodes} local node processes\n\
+             with the {executor} executor. Data: {}\n",
+            ds.instances.len(),
             data.display()
         );
     }
-    let slots = vec![SlotSpec {
-        kind: "synthetic".into(),
-        slots: 2,
-    }];
-    let outcome = crate::client::run_local(data, nodes, &slots, sweep, false, json).await?;
+    let spec = reprobench_proto::sweep::SweepSpec {
+        name: "quickstart".into(),
+        datasets: vec!["swt-mini".into()],
+        repeats: 1,
+        seed: 0,
+        max_attempts: 3,
+        agents: ["gold", "issue-snippet"]
+            .map(|a| reprobench_proto::sweep::AgentSpec {
+                name: a.into(),
+                variants: vec!["full".into()],
+                predictions: None,
+            })
+            .to_vec(),
+        backbones: vec![],
+        budget: Default::default(),
+        eval: reprobench_proto::sweep::EvalSettings {
+            executor: executor.clone(),
+            timeout_s: 300,
+            ..Default::default()
+        },
+    };
+    let mut attachments = std::collections::HashMap::new();
+    attachments.insert(
+        reprobench_coordinator::sweep::dataset_key("swt-mini"),
+        crate::datasets::rows_jsonl(&ds),
+    );
+    let req = reprobench_proto::v1::SubmitRunRequest {
+        sweep_toml: spec.to_toml(),
+        resume_existing: true,
+        attachments,
+        reuse_finished: false,
+    };
+    let local = LocalNodes {
+        count: nodes,
+        slots: vec![SlotSpec {
+            kind: executor,
+            slots: 2,
+        }],
+        args: node.node_args(),
+    };
+    let done = crate::client::run_local(data, &local, req, json).await?;
+    crate::client::report(&done, json);
     if !json {
         println!(
-            "\nNext: `reprobench results {} --data {} --format csv`, or write your own sweep and `reprobench run SWEEP.toml --local-nodes 2`.",
-            outcome.run_id,
+            "\nNext: `reprobench results {} --data {} --format csv`; evaluate your own predictions with\n`reprobench eval --dataset swt-mini --predictions preds.jsonl --local-nodes 2`.",
+            done.summary.run_id,
             data.display()
         );
     }

@@ -3,6 +3,8 @@
 
 mod bench;
 mod client;
+mod datasets;
+mod eval;
 mod local;
 
 use anyhow::{Context, Result};
@@ -46,6 +48,12 @@ enum Command {
     Cancel(CancelArgs),
     /// Export a run's results in the results schema.
     Results(ResultsArgs),
+    /// Evaluate predictions (or gold test patches) on an SWT dataset, SWT-bench style, over the cluster.
+    Eval(eval::EvalArgs),
+    /// List, inspect, check, prepare or fetch datasets.
+    Datasets(DatasetsArgs),
+    /// Build the images the docker executor needs, without any registry.
+    Images(ImagesArgs),
     /// Benchmarks (figures, not pass/fail).
     Bench(BenchArgs),
 }
@@ -66,6 +74,155 @@ struct Target {
     /// CA certificate (PEM) for an https coordinator.
     #[arg(long, value_name = "F")]
     tls_ca: Option<PathBuf>,
+}
+
+/// Where SWT executors find repositories and keep caches (for `node`, and the local nodes of
+/// `run`, `eval` and `quickstart`).
+#[derive(Args, Clone)]
+pub struct SwtNodeArgs {
+    /// Directory of bare repository mirrors named OWNER__NAME.git [default: DATASETS/repos].
+    #[arg(long, value_name = "DIR")]
+    repos: Option<PathBuf>,
+    /// Cache of environments and of gold/base executions [default: ~/.cache/reprobench].
+    #[arg(long, value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Where each attempt's files (test patch, logs, report) go [default: CACHE/artifacts].
+    #[arg(long, value_name = "DIR")]
+    artifacts: Option<PathBuf>,
+    /// Base image of the docker executor (built by `reprobench images bootstrap`, or any image with Python).
+    #[arg(long, value_name = "IMAGE", default_value = reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE)]
+    base_image: String,
+    /// Disk the docker executor's environment and instance images may use (GiB); least recently used go first.
+    #[arg(long, value_name = "GIB", default_value_t = 20)]
+    image_budget_gb: u64,
+}
+
+impl SwtNodeArgs {
+    /// The defaults, as if no flag was given.
+    pub fn defaults() -> SwtNodeArgs {
+        SwtNodeArgs {
+            repos: None,
+            cache_dir: None,
+            artifacts: None,
+            base_image: reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE.into(),
+            image_budget_gb: 20,
+        }
+    }
+
+    fn absolute(p: PathBuf) -> PathBuf {
+        std::path::absolute(&p).unwrap_or(p)
+    }
+
+    /// The node settings these arguments describe.
+    pub fn settings(&self) -> reprobench_agent_node::runtime::SwtSettings {
+        let mut s = reprobench_agent_node::runtime::SwtSettings::default();
+        if let Some(c) = &self.cache_dir {
+            s.cache_dir = c.clone();
+            s.artifacts = c.join("artifacts");
+            s.docker.cache_dir = c.clone();
+        }
+        if let Some(r) = &self.repos {
+            s.repos = r.clone();
+        }
+        if let Some(a) = &self.artifacts {
+            s.artifacts = a.clone();
+        }
+        s.docker.base_image = self.base_image.clone();
+        s.docker.disk_budget_bytes = self.image_budget_gb << 30;
+        s.repos = Self::absolute(s.repos);
+        s.cache_dir = Self::absolute(s.cache_dir);
+        s.artifacts = Self::absolute(s.artifacts);
+        s
+    }
+
+    /// The same settings as `reprobench node` arguments (absolute paths), for local nodes.
+    pub fn node_args(&self) -> Vec<String> {
+        let s = self.settings();
+        vec![
+            "--repos".into(),
+            s.repos.display().to_string(),
+            "--cache-dir".into(),
+            s.cache_dir.display().to_string(),
+            "--artifacts".into(),
+            s.artifacts.display().to_string(),
+            "--base-image".into(),
+            s.docker.base_image.clone(),
+            "--image-budget-gb".into(),
+            self.image_budget_gb.to_string(),
+        ]
+    }
+}
+
+#[derive(Args)]
+struct DatasetsArgs {
+    #[command(subcommand)]
+    command: DatasetsCommand,
+    /// Datasets directory [default: ./datasets].
+    #[arg(long, value_name = "DIR", global = true)]
+    datasets: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum DatasetsCommand {
+    /// The datasets this checkout knows, and whether their rows are here.
+    List,
+    /// A dataset's repositories and instances.
+    Show {
+        /// Name, directory or rows file.
+        name: String,
+        /// Environment map for a rows file.
+        #[arg(long, value_name = "FILE")]
+        env: Option<PathBuf>,
+    },
+    /// Check every row and instance; exit status 1 on any problem.
+    Validate {
+        /// Name, directory or rows file.
+        name: String,
+        /// Environment map for a rows file.
+        #[arg(long, value_name = "FILE")]
+        env: Option<PathBuf>,
+    },
+    /// Build the repository mirrors of a dataset that ships its sources (swt-mini).
+    Prepare {
+        /// Dataset name.
+        name: String,
+        /// Mirror directory [default: DATASETS/repos].
+        #[arg(long, value_name = "DIR")]
+        repos: Option<PathBuf>,
+    },
+    /// Download a dataset's rows and environment specs, and mirror its repositories.
+    Fetch {
+        /// Dataset name (swt-lite, swt-verified).
+        name: String,
+        /// Mirror directory [default: DATASETS/repos].
+        #[arg(long, value_name = "DIR")]
+        repos: Option<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct ImagesArgs {
+    #[command(subcommand)]
+    command: ImagesCommand,
+}
+
+#[derive(Subcommand)]
+enum ImagesCommand {
+    /// Build the Python base image from Debian packages (debootstrap + docker import): no registry needed.
+    Bootstrap {
+        /// Tag of the image.
+        #[arg(long, default_value = reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE)]
+        tag: String,
+        /// Debian suite.
+        #[arg(long, default_value = "bookworm")]
+        suite: String,
+        /// Debian mirror.
+        #[arg(long, default_value = "http://deb.debian.org/debian")]
+        mirror: String,
+        /// Rebuild even if the tag exists.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Args)]
@@ -126,6 +283,8 @@ struct NodeArgs {
     /// On SIGTERM, wait this long for running attempts before handing them back.
     #[arg(long, value_name = "S", default_value_t = 600)]
     drain_timeout_s: u64,
+    #[command(flatten)]
+    swt: SwtNodeArgs,
 }
 
 #[derive(Args)]
@@ -154,6 +313,19 @@ struct RunArgs {
     /// Start a new run even if an unfinished run of the same sweep exists (default: resume it).
     #[arg(long)]
     new: bool,
+    /// Datasets directory for the sweep's named datasets [default: ./datasets].
+    #[arg(long, value_name = "DIR")]
+    datasets: Option<PathBuf>,
+    #[command(flatten)]
+    node: SwtNodeArgs,
+}
+
+impl RunArgs {
+    fn datasets_dir(&self) -> PathBuf {
+        self.datasets
+            .clone()
+            .unwrap_or_else(reprobench_proto::swt::default_datasets_dir)
+    }
 }
 
 #[derive(Args)]
@@ -258,6 +430,9 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
         Command::Status(a) => client::status(a).await?,
         Command::Cancel(a) => client::cancel(a).await?,
         Command::Results(a) => client::results(a).await?,
+        Command::Eval(a) => return eval::eval(a).await,
+        Command::Datasets(a) => return datasets_command(a).await,
+        Command::Images(a) => images_command(a).await?,
         Command::Bench(a) => match a.which {
             BenchWhich::Scheduler(b) => bench::scheduler(b).await?,
         },
@@ -311,7 +486,50 @@ async fn node(a: NodeArgs) -> Result<()> {
         slots: a.slots,
         drain_timeout: Duration::from_secs(a.drain_timeout_s),
         max_backoff: Duration::from_secs(5),
+        swt: a.swt.settings(),
     };
     reprobench_agent_node::run_node(cfg, reprobench_agent_node::runtime::stop_signals()).await?;
+    Ok(())
+}
+
+async fn datasets_command(a: DatasetsArgs) -> Result<std::process::ExitCode> {
+    let dir = a
+        .datasets
+        .clone()
+        .unwrap_or_else(reprobench_proto::swt::default_datasets_dir);
+    let repos = |r: Option<PathBuf>| r.unwrap_or_else(|| dir.join("repos"));
+    match a.command {
+        DatasetsCommand::List => datasets::list(&dir)?,
+        DatasetsCommand::Show { name, env } => datasets::show(&name, &dir, env.as_deref())?,
+        DatasetsCommand::Validate { name, env } => {
+            if !datasets::validate(&name, &dir, env.as_deref())? {
+                return Ok(std::process::ExitCode::FAILURE);
+            }
+        }
+        DatasetsCommand::Prepare { name, repos: r } => datasets::prepare(&name, &dir, &repos(r))?,
+        DatasetsCommand::Fetch { name, repos: r } => datasets::fetch(&name, &dir, &repos(r))?,
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+async fn images_command(a: ImagesArgs) -> Result<()> {
+    match a.command {
+        ImagesCommand::Bootstrap {
+            tag,
+            suite,
+            mirror,
+            force,
+        } => {
+            let opts = reprobench_agent_node::sandbox::docker::BootstrapOptions {
+                tag,
+                suite,
+                mirror,
+                work_dir: std::env::temp_dir().join("reprobench-bootstrap"),
+                force,
+            };
+            let tag = reprobench_agent_node::sandbox::docker::bootstrap_base_image(&opts).await?;
+            println!("{tag}");
+        }
+    }
     Ok(())
 }

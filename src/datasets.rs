@@ -1,0 +1,357 @@
+//! Datasets on the client side: attaching a sweep's datasets and predictions to its submission,
+//! and `reprobench datasets list|show|validate|prepare|fetch`.
+
+use anyhow::{Context, Result, bail};
+use reprobench_agent_node::swt::{logparse, mirror, patch};
+use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
+use reprobench_proto::sweep::SweepSpec;
+use reprobench_proto::swt::{self, LoadedDataset, Prediction, RowError};
+use reprobench_proto::synthetic::SyntheticDataset;
+use std::path::{Path, PathBuf};
+
+/// Reads every non-synthetic dataset and predictions file a sweep names and returns them as
+/// attachments, with the rows that could not be used (which are left out, not fatal).
+pub fn attach(
+    spec: &SweepSpec,
+    datasets_dir: &Path,
+    base: &Path,
+) -> Result<(Attachments, Vec<RowError>)> {
+    let mut att = Attachments::new();
+    let mut problems = Vec::new();
+    for name in &spec.datasets {
+        if SyntheticDataset::parse(name).is_some() {
+            continue;
+        }
+        let ds = load(name, datasets_dir, base, None)?;
+        problems.extend(ds.errors.iter().cloned());
+        att.insert(dataset_key(name), rows_jsonl(&ds));
+    }
+    for agent in &spec.agents {
+        if let Some(path) = &agent.predictions {
+            let full = resolve(base, path);
+            let parsed: swt::Parsed<Prediction> =
+                swt::load_rows(&full).map_err(anyhow::Error::msg)?;
+            problems.extend(parsed.errors);
+            let text: String = parsed
+                .rows
+                .iter()
+                .map(|p| serde_json::to_string(p).expect("serializes") + "\n")
+                .collect();
+            att.insert(predictions_key(path), text);
+        }
+    }
+    Ok((att, problems))
+}
+
+fn resolve(base: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    if p.is_absolute() || p.exists() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+/// Loads a dataset by name or path (paths relative to `base` too).
+pub fn load(
+    name_or_path: &str,
+    datasets_dir: &Path,
+    base: &Path,
+    env: Option<&Path>,
+) -> Result<LoadedDataset> {
+    let candidate = resolve(base, name_or_path);
+    let arg = if candidate.exists() {
+        candidate.display().to_string()
+    } else {
+        name_or_path.to_string()
+    };
+    swt::load_dataset(&arg, datasets_dir, env).map_err(anyhow::Error::msg)
+}
+
+/// The usable instances as JSONL, environment inline.
+pub fn rows_jsonl(ds: &LoadedDataset) -> String {
+    ds.instances
+        .iter()
+        .map(|i| serde_json::to_string(i).expect("an instance serializes") + "\n")
+        .collect()
+}
+
+/// Prints each unusable row with where it is and what to do (to stderr).
+pub fn print_row_errors(errors: &[RowError]) {
+    for e in errors {
+        eprintln!("skipped: {e}");
+    }
+}
+
+/// `datasets list`.
+pub fn list(datasets_dir: &Path) -> Result<()> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(datasets_dir)
+        .with_context(|| {
+            format!(
+                "cannot read the datasets directory {}; pass --datasets DIR",
+                datasets_dir.display()
+            )
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("manifest.json").is_file())
+        .collect();
+    names.sort();
+    println!(
+        "{:<16} {:<6} {:>9}  {}",
+        "dataset", "track", "instances", "state"
+    );
+    for dir in names {
+        let name = dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        match swt::load_dataset(&name, datasets_dir, None) {
+            Ok(ds) => {
+                let state = if ds.errors.is_empty() {
+                    "ready".to_string()
+                } else {
+                    format!("ready, {} bad rows", ds.errors.len())
+                };
+                println!(
+                    "{:<16} {:<6} {:>9}  {state}",
+                    name,
+                    "swt",
+                    ds.instances.len()
+                );
+            }
+            Err(e) => {
+                let expected = std::fs::read_to_string(dir.join("manifest.json"))
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<swt::Manifest>(&t).ok())
+                    .and_then(|m| m.expected_instances)
+                    .map_or("-".to_string(), |n| n.to_string());
+                let state = if e.contains("datasets fetch") {
+                    format!("not fetched (`reprobench datasets fetch {name}`)")
+                } else {
+                    e
+                };
+                println!("{:<16} {:<6} {:>9}  {state}", name, "swt", expected);
+            }
+        }
+    }
+    println!(
+        "{:<16} {:<6} {:>9}  generated from the name (synthetic:N:MEAN_MS[:SIGMA])",
+        "synthetic:*", "-", "N"
+    );
+    Ok(())
+}
+
+/// `datasets show`.
+pub fn show(name: &str, datasets_dir: &Path, env: Option<&Path>) -> Result<()> {
+    let ds = load(name, datasets_dir, Path::new("."), env)?;
+    println!(
+        "dataset {} — {} instances ({} excluded by the manifest, {} unusable rows)",
+        ds.name,
+        ds.instances.len(),
+        ds.excluded,
+        ds.errors.len()
+    );
+    if let Some(m) = &ds.manifest {
+        if let Some(src) = &m.source {
+            println!("source: {} ({})", src.huggingface_dataset, src.split);
+        }
+        if let Some(ex) = &m.exclude {
+            println!("excluded: {} ids from {}", ex.instance_ids.len(), ex.origin);
+        }
+    }
+    let mut repos: std::collections::BTreeMap<&str, usize> = Default::default();
+    for i in &ds.instances {
+        *repos.entry(i.repo.as_str()).or_default() += 1;
+    }
+    println!("\n{:<28} {:>9}", "repo", "instances");
+    for (r, n) in repos {
+        println!("{r:<28} {n:>9}");
+    }
+    println!(
+        "\n{:<32} {:>5} {:>5}  first line of the issue",
+        "instance", "F2P", "P2P"
+    );
+    for i in &ds.instances {
+        let first = i
+            .problem_statement
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        let first: String = first.chars().take(60).collect();
+        println!(
+            "{:<32} {:>5} {:>5}  {first}",
+            i.instance_id,
+            i.fail_to_pass.len(),
+            i.pass_to_pass.len()
+        );
+    }
+    print_row_errors(&ds.errors);
+    Ok(())
+}
+
+/// Problems `validate` finds in one instance.
+fn instance_problems(i: &swt::SwtInstance) -> Vec<String> {
+    let mut out = Vec::new();
+    let env = i.env.as_ref().expect("load_dataset fills env");
+    if logparse::parser_for(&env.log_parser).is_none() {
+        out.push(format!(
+            "log parser `{}` is unknown (known: {})",
+            env.log_parser,
+            logparse::parser_names().join(", ")
+        ));
+    }
+    if i.base_commit.len() != 40 || !i.base_commit.chars().all(|c| c.is_ascii_hexdigit()) {
+        out.push(format!(
+            "base_commit `{}` is not a 40-hex commit id",
+            i.base_commit
+        ));
+    }
+    if let Err(p) = patch::validate(Some(&i.patch)) {
+        out.push(format!("golden patch: {}", p.class()));
+    }
+    match patch::validate(Some(&i.test_patch)) {
+        Err(p) => out.push(format!("golden test patch: {}", p.class())),
+        Ok(files) if patch::test_directives(&files, &env.test_directives).is_empty() => {
+            out.push("golden test patch touches no Python file".into())
+        }
+        Ok(_) => {}
+    }
+    if i.fail_to_pass.is_empty() {
+        out.push("FAIL_TO_PASS is empty".into());
+    }
+    out
+}
+
+/// `datasets validate`: exit status 1 when any row or instance has a problem.
+pub fn validate(name: &str, datasets_dir: &Path, env: Option<&Path>) -> Result<bool> {
+    let ds = load(name, datasets_dir, Path::new("."), env)?;
+    let mut bad = ds.errors.len();
+    print_row_errors(&ds.errors);
+    for i in &ds.instances {
+        for p in instance_problems(i) {
+            println!("{}: {p}", i.instance_id);
+            bad += 1;
+        }
+    }
+    if let Some(expected) = ds.manifest.as_ref().and_then(|m| m.expected_instances) {
+        if ds.instances.len() != expected {
+            println!(
+                "{}: {} instances, the manifest expects {expected}",
+                ds.name,
+                ds.instances.len()
+            );
+            bad += 1;
+        }
+    }
+    println!(
+        "{}: {} instances checked, {bad} problems",
+        ds.name,
+        ds.instances.len()
+    );
+    Ok(bad == 0)
+}
+
+/// `datasets prepare`: builds the repository mirrors of a dataset that ships its sources.
+pub fn prepare(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> {
+    let ds = load(name, datasets_dir, Path::new("."), None)?;
+    let sources = match (
+        &ds.dir,
+        ds.manifest.as_ref().and_then(|m| m.sources.as_ref()),
+    ) {
+        (Some(dir), Some(src)) => dir.join(src),
+        _ => bail!(
+            "dataset `{}` ships no sources to build mirrors from; `reprobench datasets fetch {}` mirrors its repositories instead",
+            ds.name,
+            ds.name
+        ),
+    };
+    for r in mirror::prepare(&sources, repos, &ds.instances).map_err(anyhow::Error::msg)? {
+        let what = if r.already_present {
+            "present"
+        } else {
+            "built"
+        };
+        eprintln!(
+            "{what:>8} {} {} at {}",
+            r.repo,
+            &r.commit[..12],
+            r.mirror.display()
+        );
+    }
+    Ok(())
+}
+
+/// Makes sure the mirrors of a local dataset exist (builds them from its sources when it ships them).
+pub fn ensure_mirrors(ds: &LoadedDataset, repos: &Path) -> Result<()> {
+    let missing = ds
+        .instances
+        .iter()
+        .any(|i| !mirror::has_commit(&repos.join(swt::mirror_name(&i.repo)), &i.base_commit));
+    if !missing {
+        return Ok(());
+    }
+    match (
+        &ds.dir,
+        ds.manifest.as_ref().and_then(|m| m.sources.as_ref()),
+    ) {
+        (Some(dir), Some(src)) => {
+            mirror::prepare(&dir.join(src), repos, &ds.instances).map_err(anyhow::Error::msg)?;
+            Ok(())
+        }
+        // Instances whose mirror is missing are reported per instance by the nodes (bad input).
+        _ => Ok(()),
+    }
+}
+
+/// The fetch helper, run with the host's python3.
+const FETCH_SCRIPT: &str = include_str!("scripts/fetch_swt.py");
+
+/// `datasets fetch`: rows from the Hugging Face datasets API, environment specs exported from
+/// the `swebench` package, repositories mirrored with git. Offline, it stops at once and says so.
+pub fn fetch(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> {
+    let dir = datasets_dir.join(name);
+    let manifest_path = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&manifest_path).with_context(|| {
+        format!(
+            "unknown dataset `{name}` (no {}); `reprobench datasets list` shows the known ones",
+            manifest_path.display()
+        )
+    })?;
+    let manifest: swt::Manifest =
+        serde_json::from_str(&text).with_context(|| format!("{}", manifest_path.display()))?;
+    let Some(source) = &manifest.source else {
+        bail!(
+            "dataset `{name}` has no remote source; it ships its rows (use `reprobench datasets prepare {name}` for its mirrors)"
+        );
+    };
+    let host = "datasets-server.huggingface.co";
+    let reachable = std::net::ToSocketAddrs::to_socket_addrs(&(host, 443))
+        .map_err(|e| e.to_string())
+        .and_then(|mut addrs| addrs.next().ok_or_else(|| "no address".to_string()))
+        .and_then(|addr| {
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = reachable {
+        bail!(
+            "cannot reach {host} ({e}): this machine looks offline for the Hugging Face datasets API, so `{}` rows of {} cannot be fetched here. \
+             Fetch on a connected machine and copy datasets/{name}/instances.jsonl and env.json (and the mirrors) over, or evaluate a rows file with `reprobench eval --dataset ROWS.jsonl --env ENV.json`",
+            source.split,
+            source.huggingface_dataset
+        );
+    }
+    let status = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(FETCH_SCRIPT)
+        .arg(&manifest_path)
+        .arg(&dir)
+        .arg(repos)
+        .status()
+        .context("running python3 for the fetch (is it installed?)")?;
+    if !status.success() {
+        bail!("fetching `{name}` failed ({status}); see the messages above");
+    }
+    Ok(())
+}

@@ -1,0 +1,374 @@
+//! `reprobench eval`: evaluate predictions (or the gold test patches) on an SWT dataset over the
+//! cluster, with SWT-bench semantics, and write SWT-bench-style reports.
+
+use crate::client::{Finished, Interrupted, LocalNodes, run_local, submit_and_wait};
+use crate::{SwtNodeArgs, Target, datasets};
+use anyhow::{Result, anyhow, bail};
+use clap::Args;
+use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
+use reprobench_proto::kind::SlotSpec;
+use reprobench_proto::sweep::{AgentSpec, EvalSettings, SweepSpec};
+use reprobench_proto::swt::{self, Prediction, RowError};
+use reprobench_proto::v1::SubmitRunRequest;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Options of `reprobench eval`.
+#[derive(Args)]
+pub struct EvalArgs {
+    /// Dataset: a name (swt-mini, swt-lite, swt-verified), a dataset directory, or a JSON/JSONL rows file.
+    #[arg(long, value_name = "NAME|PATH")]
+    dataset: String,
+    /// Environment map (repo → version → spec) for a rows file whose rows carry no inline `env`.
+    #[arg(long, value_name = "FILE")]
+    env: Option<PathBuf>,
+    /// Predictions (SWT-bench JSONL/JSON: instance_id, model_name_or_path, model_patch), or `gold`, or `issue-snippet`.
+    #[arg(long, value_name = "FILE|gold|issue-snippet")]
+    predictions: String,
+    /// Agent name in the results [default: the predictions' model_name_or_path, or gold/issue-snippet].
+    #[arg(long, value_name = "NAME")]
+    agent: Option<String>,
+    /// Evaluate only these instances (repeatable).
+    #[arg(long = "instance-id", value_name = "ID")]
+    instance_ids: Vec<String>,
+    /// Executor: docker, or process (a checkout and a virtualenv) [default: docker when the engine and the base image are there].
+    #[arg(long, value_name = "KIND")]
+    executor: Option<String>,
+    /// Seconds per execution before its process tree is killed.
+    #[arg(long, default_value_t = 1800)]
+    timeout_s: u64,
+    /// Start an embedded coordinator and N node processes on this machine.
+    #[arg(long, value_name = "N", conflicts_with = "coordinator")]
+    local_nodes: Option<u32>,
+    /// Slots of each local node.
+    #[arg(long, default_value_t = 2)]
+    slots_per_node: u32,
+    #[command(flatten)]
+    node: SwtNodeArgs,
+    #[command(flatten)]
+    target: Target,
+    /// Datasets directory [default: ./datasets].
+    #[arg(long, value_name = "DIR")]
+    datasets: Option<PathBuf>,
+    /// Where reports go [default: DATA/reports/RUN].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print one JSON object with the totals.
+    #[arg(long)]
+    json: bool,
+    /// Evaluate anew even if this exact evaluation ran before (default: reuse or resume it).
+    #[arg(long)]
+    new: bool,
+}
+
+/// The executor to use when none is named: docker if the engine and base image are there.
+pub async fn auto_executor(node: &SwtNodeArgs, quiet: bool) -> String {
+    let cfg = node.settings().docker;
+    let ready =
+        match reprobench_agent_node::sandbox::docker::DockerSandbox::connect(cfg.clone()).await {
+            Ok(sb) => sb
+                .base_python()
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+    match ready {
+        Ok(()) => "docker".into(),
+        Err(why) => {
+            if !quiet {
+                eprintln!(
+                    "using the process executor (a checkout and a virtualenv per environment): {why}"
+                );
+            }
+            "process".into()
+        }
+    }
+}
+
+/// SWT-bench's run summary, plus F→P, F→X, P→P and applicability counts.
+pub fn summary(
+    rows: &[reprobench_proto::v1::ResultRow],
+    total: usize,
+    unusable: &[RowError],
+) -> serde_json::Value {
+    let mut ids: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in rows {
+        let d: serde_json::Value = serde_json::from_str(&r.details_json).unwrap_or_default();
+        let id = r.instance_id.clone();
+        if r.error_class.is_some() {
+            ids.entry("error_ids").or_default().push(id);
+            continue;
+        }
+        ids.entry("completed_ids").or_default().push(id.clone());
+        ids.entry(if r.success {
+            "resolved_ids"
+        } else {
+            "unresolved_ids"
+        })
+        .or_default()
+        .push(id);
+        for key in ["applicable", "f2p", "f2x", "p2p"] {
+            if d[key] == true {
+                *counts.entry(key).or_default() += 1;
+            }
+        }
+    }
+    for e in unusable {
+        ids.entry("error_ids")
+            .or_default()
+            .push(e.instance_id.clone().unwrap_or_else(|| e.location.clone()));
+    }
+    let n = |k: &str| ids.get(k).map_or(0, Vec::len);
+    let list = |k: &str| serde_json::json!(ids.get(k).cloned().unwrap_or_default());
+    serde_json::json!({
+        "total_instances": total,
+        "completed_instances": n("completed_ids"),
+        "resolved_instances": n("resolved_ids"),
+        "unresolved_instances": n("unresolved_ids"),
+        "error_instances": n("error_ids"),
+        "applicable_instances": counts.get("applicable").copied().unwrap_or(0),
+        "f2p_instances": counts.get("f2p").copied().unwrap_or(0),
+        "f2x_instances": counts.get("f2x").copied().unwrap_or(0),
+        "p2p_instances": counts.get("p2p").copied().unwrap_or(0),
+        "completed_ids": list("completed_ids"),
+        "resolved_ids": list("resolved_ids"),
+        "unresolved_ids": list("unresolved_ids"),
+        "error_ids": list("error_ids"),
+    })
+}
+
+/// Writes `INSTANCE/report.json` per result, `summary.json` and `results.jsonl`.
+fn write_reports(dir: &Path, done: &Finished, summary: &serde_json::Value) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut jsonl = String::new();
+    for r in &done.rows {
+        let d = dir.join(&r.instance_id);
+        std::fs::create_dir_all(&d)?;
+        let mut report: serde_json::Value =
+            serde_json::from_str(&r.details_json).unwrap_or_else(|_| serde_json::json!({}));
+        report["verdict"] = r.verdict.clone().into();
+        if let Some(c) = &r.error_class {
+            report["error_class"] = c.clone().into();
+        }
+        std::fs::write(d.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+        jsonl.push_str(&serde_json::to_string(r)?);
+        jsonl.push('\n');
+    }
+    std::fs::write(dir.join("results.jsonl"), jsonl)?;
+    std::fs::write(
+        dir.join("summary.json"),
+        serde_json::to_vec_pretty(summary)?,
+    )?;
+    Ok(())
+}
+
+/// Reads a predictions file: usable predictions for known instances, and problems with the rest.
+fn load_predictions(
+    path: &Path,
+    known: &BTreeSet<String>,
+) -> Result<(Vec<Prediction>, Vec<RowError>)> {
+    let parsed: swt::Parsed<Prediction> = swt::load_rows(path).map_err(anyhow::Error::msg)?;
+    let mut problems = parsed.errors;
+    let mut keep = Vec::new();
+    let mut seen = BTreeSet::new();
+    for p in parsed.rows {
+        if !known.contains(&p.instance_id) {
+            problems.push(RowError {
+                location: path.display().to_string(),
+                instance_id: Some(p.instance_id.clone()),
+                message: "unknown instance id for this dataset; check the dataset name or the id"
+                    .into(),
+            });
+        } else if !seen.insert(p.instance_id.clone()) {
+            problems.push(RowError {
+                location: path.display().to_string(),
+                instance_id: Some(p.instance_id.clone()),
+                message: "a second prediction for this instance; the first is used".into(),
+            });
+        } else {
+            keep.push(p);
+        }
+    }
+    Ok((keep, problems))
+}
+
+/// `reprobench eval`.
+pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
+    let datasets_dir = a.datasets.clone().unwrap_or_else(swt::default_datasets_dir);
+    let mut ds = datasets::load(&a.dataset, &datasets_dir, Path::new("."), a.env.as_deref())?;
+    let mut problems = std::mem::take(&mut ds.errors);
+    if !a.instance_ids.is_empty() {
+        let wanted: BTreeSet<&str> = a.instance_ids.iter().map(String::as_str).collect();
+        let have: BTreeSet<&str> = ds
+            .instances
+            .iter()
+            .map(|i| i.instance_id.as_str())
+            .collect();
+        for missing in wanted.difference(&have) {
+            problems.push(RowError {
+                location: "--instance-id".into(),
+                instance_id: Some(missing.to_string()),
+                message: format!("not in dataset `{}`", ds.name),
+            });
+        }
+        ds.instances
+            .retain(|i| wanted.contains(i.instance_id.as_str()));
+    }
+    let total = ds.instances.len()
+        + problems
+            .iter()
+            .filter(|p| p.location != "--instance-id")
+            .count();
+    let known: BTreeSet<String> = ds.instances.iter().map(|i| i.instance_id.clone()).collect();
+    let mut attachments = Attachments::new();
+    let agent = match a.predictions.as_str() {
+        "gold" | "issue-snippet" => AgentSpec {
+            name: a.agent.clone().unwrap_or(a.predictions.clone()),
+            variants: vec!["full".into()],
+            predictions: None,
+        },
+        file => {
+            let path = PathBuf::from(file);
+            if !path.is_file() {
+                bail!(
+                    "predictions file {file} does not exist; pass a JSONL/JSON predictions file, `gold` or `issue-snippet`"
+                );
+            }
+            let (preds, bad) = load_predictions(&path, &known)?;
+            problems.extend(bad.into_iter().filter(|b| b.instance_id.is_none()));
+            let model = a
+                .agent
+                .clone()
+                .or_else(|| {
+                    preds
+                        .iter()
+                        .map(|p| p.model_name_or_path.clone())
+                        .find(|m| !m.is_empty())
+                })
+                .unwrap_or_else(|| "predictions".into());
+            let text: String = preds
+                .iter()
+                .map(|p| serde_json::to_string(p).expect("serializes") + "\n")
+                .collect();
+            attachments.insert(predictions_key(file), text);
+            AgentSpec {
+                name: model,
+                variants: vec!["full".into()],
+                predictions: Some(file.to_string()),
+            }
+        }
+    };
+    if ds.instances.is_empty() {
+        datasets::print_row_errors(&problems);
+        bail!("no usable instance to evaluate in `{}`", ds.name);
+    }
+    datasets::print_row_errors(&problems);
+    let executor = match &a.executor {
+        Some(e) if e == "docker" || e == "process" => e.clone(),
+        Some(e) => bail!("--executor {e}: use docker or process"),
+        None => auto_executor(&a.node, a.json).await,
+    };
+    attachments.insert(dataset_key(&ds.name), datasets::rows_jsonl(&ds));
+    let spec = SweepSpec {
+        name: format!("eval-{}-{}", ds.name, agent.name),
+        datasets: vec![ds.name.clone()],
+        repeats: 1,
+        seed: 0,
+        max_attempts: 3,
+        agents: vec![agent],
+        backbones: vec![],
+        budget: Default::default(),
+        eval: EvalSettings {
+            executor: executor.clone(),
+            timeout_s: a.timeout_s,
+            ..EvalSettings::default()
+        },
+    };
+    let req = SubmitRunRequest {
+        sweep_toml: spec.to_toml(),
+        resume_existing: !a.new,
+        attachments: attachments.into_iter().collect(),
+        reuse_finished: !a.new,
+    };
+    let data = a
+        .target
+        .data
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(crate::DEFAULT_DATA));
+    let done = if let Some(n) = a.local_nodes {
+        let settings = a.node.settings();
+        datasets::ensure_mirrors(&ds, &settings.repos)?;
+        let nodes = LocalNodes {
+            count: n,
+            slots: vec![SlotSpec {
+                kind: executor.clone(),
+                slots: a.slots_per_node,
+            }],
+            args: a.node.node_args(),
+        };
+        run_local(&data, &nodes, req, a.json).await?
+    } else {
+        let address = crate::client::address_of(&a.target)?;
+        submit_and_wait(&address, req, a.json).await.map_err(|e| {
+            match e.downcast::<Interrupted>() {
+                Ok(i) => anyhow!("{i}; it goes on in the coordinator"),
+                Err(e) => e,
+            }
+        })?
+    };
+    let summary = summary(&done.rows, total, &problems);
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| data.join("reports").join(&done.summary.run_id));
+    write_reports(&out, &done, &summary)?;
+    let n = |k: &str| summary[k].as_u64().unwrap_or(0);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "run_id": done.summary.run_id,
+                "dataset": ds.name,
+                "executor": executor,
+                "total": total,
+                "completed": n("completed_instances"),
+                "resolved": n("resolved_instances"),
+                "applicable": n("applicable_instances"),
+                "f2p": n("f2p_instances"),
+                "f2x": n("f2x_instances"),
+                "p2p": n("p2p_instances"),
+                "errors": n("error_instances"),
+                "resumed": done.resumed,
+                "wall_s": done.elapsed.as_secs_f64(),
+                "reports": out.display().to_string(),
+            })
+        );
+    } else {
+        let pct = |k: &str| {
+            if total == 0 {
+                0.0
+            } else {
+                100.0 * n(k) as f64 / total as f64
+            }
+        };
+        println!(
+            "{} on {} ({} executor, run {}): {total} instances",
+            spec.agents[0].name, ds.name, executor, done.summary.run_id
+        );
+        for (label, key) in [
+            ("resolved (S)", "resolved_instances"),
+            ("applicable (W)", "applicable_instances"),
+            ("F→X", "f2x_instances"),
+            ("F→P", "f2p_instances"),
+            ("P→P", "p2p_instances"),
+            ("errors", "error_instances"),
+        ] {
+            println!("  {label:<15} {:>5}  {:>6.2}%", n(key), pct(key));
+        }
+        println!("reports: {}", out.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
