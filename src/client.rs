@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 type Client = RunServiceClient<AuthedChannel>;
 
 async fn client(address: &CoordinatorAddress) -> Result<Client> {
-    Ok(RunServiceClient::new(address.connect().await?).max_decoding_message_size(64 << 20))
+    Ok(RunServiceClient::new(address.connect().await?)
+        .max_decoding_message_size(256 << 20)
+        .max_encoding_message_size(256 << 20))
 }
 
 /// Resolves a client's target to a coordinator address (from --coordinator, or from --data's address file).

@@ -238,7 +238,13 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
                 );
             }
             let (preds, bad) = load_predictions(&path, &known)?;
-            problems.extend(bad.into_iter().filter(|b| b.instance_id.is_none()));
+            // Malformed lines count as errors; predictions for unknown or repeated ids are only reported.
+            let (lines, ids): (Vec<RowError>, Vec<RowError>) =
+                bad.into_iter().partition(|b| b.instance_id.is_none());
+            for e in &ids {
+                eprintln!("ignored: {e}");
+            }
+            problems.extend(lines);
             let model = a
                 .agent
                 .clone()

@@ -336,7 +336,7 @@ impl Node {
             ClientError::Unreachable { .. } => ConnectFailure::Retry(e.to_string()),
             other => ConnectFailure::Fatal(NodeError::Config(other.to_string())),
         })?;
-        let mut client = NodeServiceClient::new(channel);
+        let mut client = NodeServiceClient::new(channel).max_decoding_message_size(256 << 20);
         let slots = self
             .cfg
             .slots

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -24,6 +25,9 @@ pub const TOKEN_FILE: &str = "token";
 /// File in the data directory naming the address a live coordinator serves on.
 pub const ADDRESS_FILE: &str = "serve.json";
 const LOCK_FILE: &str = "coordinator.lock";
+/// Largest gRPC message accepted: predictions and instances travel inside requests and grants,
+/// and a runaway 10 MB patch must still reach the node that classifies it.
+pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
 /// How to run a coordinator.
 #[derive(Debug, Clone)]
@@ -138,18 +142,21 @@ pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
         expected: Arc::from(format!("Bearer {token}")),
         token_file: token_file.clone(),
     };
-    let nodes = NodeServiceServer::with_interceptor(
-        NodeApi {
+    let nodes = InterceptedService::new(
+        NodeServiceServer::new(NodeApi {
             core: core.clone(),
             conns: Arc::new(AtomicU64::new(1)),
-        },
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES),
         auth.clone(),
     );
-    let runs = RunServiceServer::with_interceptor(
-        RunApi {
+    let runs = InterceptedService::new(
+        RunServiceServer::new(RunApi {
             core: core.clone(),
             data_dir: cfg.data_dir.clone(),
-        },
+        })
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES),
         auth,
     );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();

@@ -196,8 +196,7 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
     }
     std::fs::write(tmp.join(".reprobench-ready"), b"")
         .map_err(|e| infra("marking the venv ready", e))?;
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(&tmp, &dir).map_err(|e| infra("moving the venv into place", e))?;
+    install_dir(&tmp, &dir, ".reprobench-ready")?;
     Ok(dir)
 }
 
@@ -288,9 +287,31 @@ fn prepare_checkout(
     }
     std::fs::write(tmp.join(".git/reprobench-ready"), b"")
         .map_err(|e| infra("marking the checkout ready", e))?;
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(&tmp, &dir).map_err(|e| infra("moving the checkout into place", e))?;
+    install_dir(&tmp, &dir, ".git/reprobench-ready")?;
     Ok(dir)
+}
+
+/// Moves a finished `tmp` into place at `dir`. Other node processes on this machine may race to
+/// build the same directory: a ready `dir` is never removed (it may be in use); the loser drops its copy.
+fn install_dir(tmp: &Path, dir: &Path, marker: &str) -> Result<(), SandboxError> {
+    for _ in 0..2 {
+        match std::fs::rename(tmp, dir) {
+            Ok(()) => return Ok(()),
+            Err(_) if dir.join(marker).exists() => {
+                let _ = std::fs::remove_dir_all(tmp);
+                return Ok(());
+            }
+            // A leftover of a crashed build: clear it and try once more.
+            Err(_) => {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+    Err(SandboxError::Infra(format!(
+        "cannot move {} into place at {}",
+        tmp.display(),
+        dir.display()
+    )))
 }
 
 /// Limits applied in the child between fork and exec (only async-signal-safe calls there).

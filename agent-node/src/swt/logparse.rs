@@ -110,6 +110,10 @@ impl LogParser for Pytest {
     }
 }
 
+/// Pseudo-tests unittest reports when a module cannot be imported (e.g. a test file that does
+/// not exist before the test patch): not tests, so not counted.
+const LOADER_FAILURE: &str = "unittest.loader.";
+
 /// `python -m unittest -v`: `test_x (pkg.mod.Class.test_x) ... ok` and the FAIL:/ERROR: blocks.
 /// Ids are normalised to `pkg.mod.Class.test_x` (older Pythons print `(pkg.mod.Class)`).
 pub struct Unittest;
@@ -169,14 +173,16 @@ impl LogParser for Unittest {
                 } else {
                     TestStatus::Error
                 };
-                if let Some(id) = unittest_id(rest) {
+                if let Some(id) = unittest_id(rest).filter(|id| !id.starts_with(LOADER_FAILURE)) {
                     record(&mut out, &id, status);
                 }
                 continue;
             }
             if let Some((head, tail)) = line.split_once(" ... ") {
                 // The head may be the id line itself, or a docstring line after a pending id.
-                let id = unittest_id(head).or_else(|| pending.take());
+                let id = unittest_id(head)
+                    .or_else(|| pending.take())
+                    .filter(|id| !id.starts_with(LOADER_FAILURE));
                 if let Some(id) = id {
                     match unittest_status(tail) {
                         Some(s) => record(&mut out, &id, s),
@@ -255,6 +261,7 @@ mod tests {
              ok\n\
              test_e (tests.test_m.TestC.test_e) ... skipped 'why'\n\
              test_f (tests.test_m.TestC.test_f) ... expected failure\n\
+             test_missing (unittest.loader._FailedTest.test_missing) ... ERROR\n\
              \n\
              ======================================================================\n\
              FAIL: test_b (tests.test_m.TestC.test_b)\n\

@@ -1,0 +1,264 @@
+//! `reprobench eval` end to end on swt-mini: real node processes, real git, real Python test
+//! runs; the process executor always, the docker executor where the engine and base image are.
+
+mod common;
+
+use common::bin;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn datasets() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets")
+}
+
+/// A scratch area whose directories the unprivileged execution user can reach.
+fn scratch() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+fn eval(dir: &Path, executor: &str, predictions: &str, extra: &[&str]) -> (Value, String) {
+    let out = Command::new(bin())
+        .args([
+            "eval",
+            "--dataset",
+            "swt-mini",
+            "--predictions",
+            predictions,
+            "--executor",
+            executor,
+        ])
+        .args(["--local-nodes", "2", "--json"])
+        .arg("--datasets")
+        .arg(datasets())
+        .arg("--data")
+        .arg(dir.join("data"))
+        .arg("--repos")
+        .arg(dir.join("repos"))
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .args(extra)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "eval failed: {stderr}");
+    (
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout))),
+        stderr,
+    )
+}
+
+fn report(v: &Value, instance: &str) -> Value {
+    let path = Path::new(v["reports"].as_str().unwrap())
+        .join(instance)
+        .join("report.json");
+    serde_json::from_slice(
+        &std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+}
+
+fn instances() -> Vec<Value> {
+    std::fs::read_to_string(datasets().join("swt-mini/instances.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn gold_resolves_every_instance_with_the_process_executor() {
+    let dir = scratch();
+    let (v, _) = eval(dir.path(), "process", "gold", &[]);
+    assert_eq!(v["total"], 14);
+    assert_eq!(v["resolved"], 14, "{v}");
+    assert_eq!(v["errors"], 0);
+    assert_eq!(v["applicable"], 14);
+    assert_eq!(v["f2p"], 14);
+    let summary: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(v["reports"].as_str().unwrap()).join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["resolved_instances"], 14);
+    assert_eq!(summary["resolved_ids"].as_array().unwrap().len(), 14);
+    let r = report(&v, "reprobench__textkit-1");
+    assert_eq!(r["resolved"], true);
+    assert_eq!(r["patch_successfully_applied"], true);
+    assert_eq!(
+        r["executions"].as_object().unwrap().len(),
+        6,
+        "six executions"
+    );
+
+    // The same command again reuses the finished run instead of redoing it.
+    let (again, _) = eval(dir.path(), "process", "gold", &[]);
+    assert_eq!(again["resumed"], true);
+    assert_eq!(again["run_id"], v["run_id"]);
+    assert_eq!(again["resolved"], 14);
+}
+
+#[test]
+fn gold_resolves_every_instance_with_the_docker_executor() {
+    let docker_ok = Command::new("docker")
+        .args(["image", "inspect", "reprobench/python-base:bookworm"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !docker_ok {
+        assert!(
+            std::env::var("REPROBENCH_REQUIRE_DOCKER").as_deref() != Ok("1"),
+            "REPROBENCH_REQUIRE_DOCKER=1 but the Docker engine or the base image is missing: run `reprobench images bootstrap`"
+        );
+        eprintln!(
+            "skipped: no Docker engine or no reprobench/python-base:bookworm image (`reprobench images bootstrap` builds it)"
+        );
+        return;
+    }
+    let dir = scratch();
+    let (v, _) = eval(dir.path(), "docker", "gold", &[]);
+    assert_eq!(
+        (
+            v["total"].as_u64(),
+            v["resolved"].as_u64(),
+            v["errors"].as_u64()
+        ),
+        (Some(14), Some(14), Some(0)),
+        "{v}"
+    );
+}
+
+fn new_file(path: &str, body: &str) -> String {
+    format!(
+        "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{} @@\n{}",
+        body.lines().count(),
+        body.lines().map(|l| format!("+{l}\n")).collect::<String>()
+    )
+}
+
+#[test]
+fn bad_inputs_are_classified_and_the_rest_of_the_run_completes() {
+    let dir = scratch();
+    let insts = instances();
+    let id = |i: usize| insts[i]["instance_id"].as_str().unwrap().to_string();
+    let pred = |i: usize, patch: Value| {
+        serde_json::json!({"instance_id": id(i), "model_name_or_path": "stress", "model_patch": patch}).to_string()
+    };
+    // unittest-style, so pytest and unittest repositories both run them.
+    let case = |name: &str, imports: &str, body: &str| {
+        new_file(
+            &format!("tests/test_{name}.py"),
+            &format!(
+                "import unittest\n{imports}\nclass TestStress(unittest.TestCase):\n    def test_{name}(self):\n{body}"
+            ),
+        )
+    };
+    let hang = case("hang", "import time", "        time.sleep(3600)\n");
+    let bomb = case(
+        "bomb",
+        "import os",
+        "        while True:\n            os.fork()\n",
+    );
+    let disk = case(
+        "disk",
+        "",
+        "        with open('big.bin', 'wb') as f:\n            while True:\n                f.write(b'0' * (1 << 20))\n",
+    );
+    let net = case(
+        "net",
+        "import socket",
+        "        socket.create_connection(('127.0.0.1', 9), timeout=3).close()\n",
+    );
+    // Removes a line no file has: no step of the fallback chain can apply it.
+    let stale = "diff --git a/tests/__init__.py b/tests/__init__.py\n--- a/tests/__init__.py\n+++ b/tests/__init__.py\n@@ -1,1 +1,1 @@\n-this line is not in the file\n+def test_x(): pass\n".to_string();
+    let lines = vec![
+        pred(0, insts[0]["test_patch"].clone()), // a good prediction: resolved
+        "{this is not json".to_string(),
+        serde_json::json!({"instance_id": "nobody__nothing-1", "model_name_or_path": "stress", "model_patch": "x"}).to_string(),
+        pred(1, Value::String(String::new())),
+        pred(2, Value::String(" \n\t\n".into())),
+        pred(3, Value::String("diff --git a/x.bin b/x.bin\nnew file mode 100644\nGIT binary patch\nliteral 3\nabc\n".into())),
+        pred(4, Value::String(new_file("../outside.py", "x = 1\n"))),
+        pred(5, Value::String(stale)),
+        pred(6, Value::String(format!("{}{}", new_file("tests/test_big.py", "x = 1\n"), "+#\n".repeat(4 << 20)))),
+        pred(7, Value::String(hang)),
+        pred(8, Value::String(bomb)),
+        pred(9, Value::String(disk)),
+        pred(10, Value::String(net)),
+        pred(11, Value::String("--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n".into())),
+    ];
+    let file = dir.path().join("preds.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let (v, stderr) = eval(
+        dir.path(),
+        "process",
+        file.to_str().unwrap(),
+        &["--timeout-s", "8"],
+    );
+    assert!(
+        stderr.contains(":2") && stderr.contains("malformed JSON"),
+        "the bad line is named: {stderr}"
+    );
+    assert!(
+        stderr.contains("nobody__nothing-1"),
+        "the unknown id is named: {stderr}"
+    );
+    assert_eq!(
+        v["completed"].as_u64().unwrap() + v["errors"].as_u64().unwrap(),
+        15,
+        "14 instances + the malformed line: {v}"
+    );
+    assert_eq!(v["resolved"], 1, "{v}");
+    let class = |i: usize| {
+        report(&v, &id(i))["error_class"]
+            .as_str()
+            .map(str::to_string)
+    };
+    let verdict = |i: usize| report(&v, &id(i))["verdict"].as_str().unwrap().to_string();
+    assert_eq!(verdict(0), "resolved");
+    assert_eq!((verdict(1), class(1)), ("unresolved".into(), None), "empty");
+    assert_eq!(
+        (verdict(2), class(2)),
+        ("unresolved".into(), None),
+        "whitespace"
+    );
+    assert_eq!(class(3).as_deref(), Some("bad_input:binary_patch"));
+    assert_eq!(class(4).as_deref(), Some("bad_input:patch_outside_repo"));
+    assert_eq!(
+        report(&v, &id(5))["patch_successfully_applied"],
+        false,
+        "a patch that does not apply"
+    );
+    assert_eq!(class(6).as_deref(), Some("bad_input:patch_too_large"));
+    assert!(
+        report(&v, &id(7))["note"]
+            .as_str()
+            .unwrap_or("")
+            .contains("timeout"),
+        "the hang is killed"
+    );
+    for i in [8, 9, 10] {
+        assert_eq!(verdict(i), "unresolved", "instance {i} is graded, not lost");
+    }
+    assert_eq!(
+        class(11).as_deref(),
+        Some("bad_input:patch_outside_repo"),
+        "absolute path"
+    );
+    // Instances without a prediction (12, 13) are evaluated as empty: unresolved.
+    assert_eq!(verdict(12), "unresolved");
+
+    // Rerunning resumes the finished evaluation without redoing it.
+    let (again, _) = eval(
+        dir.path(),
+        "process",
+        file.to_str().unwrap(),
+        &["--timeout-s", "8"],
+    );
+    assert_eq!(
+        (again["resumed"].as_bool(), again["resolved"].as_u64()),
+        (Some(true), Some(1))
+    );
+}
