@@ -264,3 +264,100 @@ fn thread_cpu_s() -> f64 {
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
 }
+
+/// Options of the evaluation benchmark.
+#[derive(Args)]
+pub struct EvalBenchArgs {
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Executor to measure [default: docker when available, else process].
+    #[arg(long)]
+    executor: Option<String>,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+}
+
+/// One `reprobench eval --predictions gold` of swt-mini in a scratch directory, as a child process.
+fn gold_eval(scratch: &std::path::Path, executor: &str, nodes: u32) -> Result<(serde_json::Value, f64)> {
+    let exe = std::env::current_exe()?;
+    let t = Instant::now();
+    let out = std::process::Command::new(exe)
+        .args(["eval", "--dataset", "swt-mini", "--predictions", "gold", "--executor", executor, "--json", "--new"])
+        .args(["--local-nodes", &nodes.to_string(), "--slots-per-node", "1"])
+        .arg("--data")
+        .arg(scratch.join("data"))
+        .arg("--cache-dir")
+        .arg(scratch.join("cache"))
+        .output()?;
+    let wall = t.elapsed().as_secs_f64();
+    anyhow::ensure!(out.status.success(), "gold evaluation failed: {}", String::from_utf8_lossy(&out.stderr));
+    Ok((serde_json::from_slice(&out.stdout)?, wall))
+}
+
+/// `reprobench bench eval`.
+pub async fn eval(a: EvalBenchArgs) -> Result<()> {
+    let executor = match a.executor {
+        Some(e) => e,
+        None => crate::eval::auto_executor(&crate::SwtNodeArgs::defaults(), a.json).await,
+    };
+    let say = |m: String| {
+        if !a.json {
+            eprintln!("{m}");
+        }
+    };
+    let root = tempdir()?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))?;
+    say(format!("warm-up: gold on swt-mini with the {executor} executor (builds environments; not measured)"));
+    gold_eval(&root.join("warm"), &executor, 2)?;
+    // Each measured run gets a fresh cache of gold/base executions, so all six executions run;
+    // environments (images, virtualenvs) stay warm.
+    say("measuring: 1 node × 1 slot".into());
+    let (one, wall_1) = gold_eval(&root.join("one"), &executor, 1)?;
+    say("measuring: 2 nodes × 1 slot".into());
+    let (_two, wall_2) = gold_eval(&root.join("two"), &executor, 2)?;
+    anyhow::ensure!(one["resolved"] == 14, "gold did not resolve every instance: {one}");
+    let reports = std::path::PathBuf::from(one["reports"].as_str().unwrap_or_default());
+    let (mut overhead, mut test) = (Vec::new(), Vec::new());
+    for entry in std::fs::read_dir(&reports)?.flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("report.json")) else { continue };
+        let r: serde_json::Value = serde_json::from_str(&text)?;
+        for e in r["executions"].as_object().into_iter().flat_map(|m| m.values()) {
+            let (Some(cmd), Some(over), Some(t)) = (e["command_ms"].as_f64(), e["overhead_ms"].as_f64(), e["test_ms"].as_f64()) else {
+                continue;
+            };
+            if e["cached"] == true {
+                continue;
+            }
+            test.push(t);
+            overhead.push(cmd + over - t);
+        }
+    }
+    let executions = test.len();
+    let (overhead_ms_median, test_ms_median) = (median(overhead), median(test));
+    let v = serde_json::json!({
+        "executor": executor,
+        "executions": executions,
+        "overhead_ms_median": overhead_ms_median,
+        "test_ms_median": test_ms_median,
+        "overhead_ratio": overhead_ms_median / test_ms_median,
+        "wall_1_node_s": wall_1,
+        "wall_2_nodes_s": wall_2,
+        "speedup_2_nodes": wall_1 / wall_2,
+    });
+    let _ = std::fs::remove_dir_all(&root);
+    if a.json {
+        println!("{v}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    Ok(())
+}

@@ -380,6 +380,9 @@ struct BenchArgs {
 enum BenchWhich {
     /// Scheduler: makespan against its lower bound (ours and static sharding), dispatch rate, large-scale simulation.
     Scheduler(bench::SchedulerBenchArgs),
+    /// SWT evaluation: harness overhead per execution against the test command's own time, and
+    /// gold validation of swt-mini on 1 and on 2 local nodes.
+    Eval(bench::EvalBenchArgs),
 }
 
 fn init_tracing(default: &str) {
@@ -435,6 +438,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
         Command::Images(a) => images_command(a).await?,
         Command::Bench(a) => match a.which {
             BenchWhich::Scheduler(b) => bench::scheduler(b).await?,
+            BenchWhich::Eval(b) => bench::eval(b).await?,
         },
     }
     Ok(std::process::ExitCode::SUCCESS)

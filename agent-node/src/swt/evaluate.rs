@@ -62,6 +62,9 @@ pub struct ExecRecord {
     pub command_ms: u64,
     /// Milliseconds of harness overhead around it.
     pub overhead_ms: u64,
+    /// Milliseconds the test command itself ran (inside the sandbox, excluding patching and copying).
+    #[serde(default)]
+    pub test_ms: Option<u64>,
     /// Taken from the cache.
     #[serde(default)]
     pub cached: bool,
@@ -206,6 +209,7 @@ impl SwtExecutor {
             statuses,
             command_ms: out.command_time.as_millis() as u64,
             overhead_ms: out.overhead.as_millis() as u64,
+            test_ms: report.test_ns.map(|ns| ns / 1_000_000),
             cached: false,
         };
         if let (Some(f), false) = (&cache_file, rec.timed_out) {

@@ -81,10 +81,10 @@ apply() {{
   echo "REPROBENCH-$N APPLIED $1 $m"
 }}
 {steps}rm -rf {dir}
-echo "REPROBENCH-$N START"
+echo "REPROBENCH-$N START $(date +%s%N)"
 {cmd} {directives}
 rc=$?
-echo "REPROBENCH-$N END $rc"
+echo "REPROBENCH-$N END $rc $(date +%s%N)"
 exit $rc
 "#,
         nonce = plan.nonce,
@@ -114,6 +114,8 @@ pub struct ScriptReport {
     pub started: bool,
     /// The test runner's output (between the markers; to the end if the end marker is missing).
     pub test_log: String,
+    /// Nanoseconds the test command itself ran (from the script's own clock), when both markers were printed.
+    pub test_ns: Option<u64>,
 }
 
 /// Reads the markers of a script's output.
@@ -122,6 +124,7 @@ pub fn read(output: &str, nonce: &str) -> ScriptReport {
     let mut r = ScriptReport::default();
     let mut log = String::new();
     let mut in_tests = false;
+    let mut start_ns: Option<u64> = None;
     for line in output.lines() {
         if let Some(rest) = line.strip_prefix(&tag) {
             let words: Vec<&str> = rest.split_whitespace().collect();
@@ -129,11 +132,16 @@ pub fn read(output: &str, nonce: &str) -> ScriptReport {
                 ["APPLIED", "test", m] if !r.started => r.test_patch_method = Some(m.to_string()),
                 ["APPLIED", "code", m] if !r.started => r.code_patch_method = Some(m.to_string()),
                 ["APPLY-FAILED", which] if !r.started => r.apply_failed = Some(which.to_string()),
-                ["START"] if !r.started => {
+                ["START", rest @ ..] if !r.started => {
                     r.started = true;
                     in_tests = true;
+                    start_ns = rest.first().and_then(|t| t.parse::<u64>().ok());
                 }
-                ["END", _] if in_tests => in_tests = false,
+                ["END", _, rest @ ..] if in_tests => {
+                    in_tests = false;
+                    let end_ns = rest.first().and_then(|t| t.parse::<u64>().ok());
+                    r.test_ns = start_ns.zip(end_ns).map(|(a, b)| b.saturating_sub(a));
+                }
                 _ => {}
             }
             continue;
@@ -187,17 +195,18 @@ mod tests {
     fn reads_markers_and_ignores_forged_ones() {
         let out = "REPROBENCH-n1 APPLIED test git-apply\n\
                    REPROBENCH-n1 APPLIED code patch-fuzz\n\
-                   REPROBENCH-n1 START\n\
+                   REPROBENCH-n1 START 1000\n\
                    PASSED tests/t.py::a\n\
                    REPROBENCH-n1 APPLIED test forged\n\
                    REPROBENCH-other END 0\n\
-                   REPROBENCH-n1 END 1\n\
+                   REPROBENCH-n1 END 1 5000\n\
                    trailing\n";
         let r = read(out, "n1");
         assert_eq!(r.test_patch_method.as_deref(), Some("git-apply"));
         assert_eq!(r.code_patch_method.as_deref(), Some("patch-fuzz"));
         assert!(r.started);
         assert_eq!(r.test_log, "PASSED tests/t.py::a\nREPROBENCH-other END 0\n");
+        assert_eq!(r.test_ns, Some(4000));
         let failed = read("REPROBENCH-n1 APPLY-FAILED test\n", "n1");
         assert_eq!(failed.apply_failed.as_deref(), Some("test"));
         assert!(!failed.started);
