@@ -282,15 +282,33 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     let m = v.len() / 2;
-    if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
 }
 
 /// One `reprobench eval --predictions gold` of swt-mini in a scratch directory, as a child process.
-fn gold_eval(scratch: &std::path::Path, executor: &str, nodes: u32) -> Result<(serde_json::Value, f64)> {
+fn gold_eval(
+    scratch: &std::path::Path,
+    executor: &str,
+    nodes: u32,
+) -> Result<(serde_json::Value, f64)> {
     let exe = std::env::current_exe()?;
     let t = Instant::now();
     let out = std::process::Command::new(exe)
-        .args(["eval", "--dataset", "swt-mini", "--predictions", "gold", "--executor", executor, "--json", "--new"])
+        .args([
+            "eval",
+            "--dataset",
+            "swt-mini",
+            "--predictions",
+            "gold",
+            "--executor",
+            executor,
+            "--json",
+            "--new",
+        ])
         .args(["--local-nodes", &nodes.to_string(), "--slots-per-node", "1"])
         .arg("--data")
         .arg(scratch.join("data"))
@@ -298,7 +316,11 @@ fn gold_eval(scratch: &std::path::Path, executor: &str, nodes: u32) -> Result<(s
         .arg(scratch.join("cache"))
         .output()?;
     let wall = t.elapsed().as_secs_f64();
-    anyhow::ensure!(out.status.success(), "gold evaluation failed: {}", String::from_utf8_lossy(&out.stderr));
+    anyhow::ensure!(
+        out.status.success(),
+        "gold evaluation failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Ok((serde_json::from_slice(&out.stdout)?, wall))
 }
 
@@ -316,7 +338,9 @@ pub async fn eval(a: EvalBenchArgs) -> Result<()> {
     let root = tempdir()?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))?;
-    say(format!("warm-up: gold on swt-mini with the {executor} executor (builds environments; not measured)"));
+    say(format!(
+        "warm-up: gold on swt-mini with the {executor} executor (builds environments; not measured)"
+    ));
     gold_eval(&root.join("warm"), &executor, 2)?;
     // Each measured run gets a fresh cache of gold/base executions, so all six executions run;
     // environments (images, virtualenvs) stay warm.
@@ -324,14 +348,27 @@ pub async fn eval(a: EvalBenchArgs) -> Result<()> {
     let (one, wall_1) = gold_eval(&root.join("one"), &executor, 1)?;
     say("measuring: 2 nodes × 1 slot".into());
     let (_two, wall_2) = gold_eval(&root.join("two"), &executor, 2)?;
-    anyhow::ensure!(one["resolved"] == 14, "gold did not resolve every instance: {one}");
+    anyhow::ensure!(
+        one["resolved"] == 14,
+        "gold did not resolve every instance: {one}"
+    );
     let reports = std::path::PathBuf::from(one["reports"].as_str().unwrap_or_default());
     let (mut overhead, mut test) = (Vec::new(), Vec::new());
     for entry in std::fs::read_dir(&reports)?.flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path().join("report.json")) else { continue };
+        let Ok(text) = std::fs::read_to_string(entry.path().join("report.json")) else {
+            continue;
+        };
         let r: serde_json::Value = serde_json::from_str(&text)?;
-        for e in r["executions"].as_object().into_iter().flat_map(|m| m.values()) {
-            let (Some(cmd), Some(over), Some(t)) = (e["command_ms"].as_f64(), e["overhead_ms"].as_f64(), e["test_ms"].as_f64()) else {
+        for e in r["executions"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+        {
+            let (Some(cmd), Some(over), Some(t)) = (
+                e["command_ms"].as_f64(),
+                e["overhead_ms"].as_f64(),
+                e["test_ms"].as_f64(),
+            ) else {
                 continue;
             };
             if e["cached"] == true {

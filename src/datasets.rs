@@ -97,10 +97,7 @@ pub fn list(datasets_dir: &Path) -> Result<()> {
         .filter(|p| p.join("manifest.json").is_file())
         .collect();
     names.sort();
-    println!(
-        "{:<16} {:<6} {:>9}  {}",
-        "dataset", "track", "instances", "state"
-    );
+    println!("{:<16} {:<6} {:>9}  state", "dataset", "track", "instances");
     for dir in names {
         let name = dir
             .file_name()
@@ -235,15 +232,15 @@ pub fn validate(name: &str, datasets_dir: &Path, env: Option<&Path>) -> Result<b
             bad += 1;
         }
     }
-    if let Some(expected) = ds.manifest.as_ref().and_then(|m| m.expected_instances) {
-        if ds.instances.len() != expected {
-            println!(
-                "{}: {} instances, the manifest expects {expected}",
-                ds.name,
-                ds.instances.len()
-            );
-            bad += 1;
-        }
+    if let Some(expected) = ds.manifest.as_ref().and_then(|m| m.expected_instances)
+        && ds.instances.len() != expected
+    {
+        println!(
+            "{}: {} instances, the manifest expects {expected}",
+            ds.name,
+            ds.instances.len()
+        );
+        bad += 1;
     }
     println!(
         "{}: {} instances checked, {bad} problems",

@@ -40,6 +40,7 @@ pub struct AttemptContext {
 
 /// How an attempt ended.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // one per attempt, moved once: boxing buys nothing
 pub enum AttemptEnd {
     /// The attempt ran to an outcome (which may itself be a failure or an error).
     Finished(Outcome),

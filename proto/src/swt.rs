@@ -157,10 +157,10 @@ fn string_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error>
 fn maybe_json_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
     let s: Option<String> = Option::deserialize(d)?;
     let s = s.unwrap_or_default();
-    if s.starts_with('"') {
-        if let Ok(inner) = serde_json::from_str::<String>(&s) {
-            return Ok(inner);
-        }
+    if s.starts_with('"')
+        && let Ok(inner) = serde_json::from_str::<String>(&s)
+    {
+        return Ok(inner);
     }
     Ok(s)
 }
@@ -462,10 +462,9 @@ pub fn default_datasets_dir() -> std::path::PathBuf {
     if let Some(d) = std::env::current_exe()
         .ok()
         .and_then(|e| Some(e.parent()?.parent()?.parent()?.join("datasets")))
+        && d.is_dir()
     {
-        if d.is_dir() {
-            return d;
-        }
+        return d;
     }
     cwd
 }

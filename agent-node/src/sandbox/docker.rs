@@ -23,7 +23,7 @@ use bollard::Docker;
 use bollard::query_parameters::{ListImagesOptionsBuilder, RemoveImageOptionsBuilder};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::{debug, info, warn};
 
@@ -58,6 +58,22 @@ const HOST_CA_BUNDLES: &[&str] = &[
     "/etc/pki/tls/certs/ca-bundle.crt",
     "/etc/ssl/cert.pem",
 ];
+
+/// One lock per image tag, shared by every sandbox of the process, so concurrent prepares build
+/// each layer once.
+static BUILD_LOCKS: LazyLock<Mutex<BuildLocks>> = LazyLock::new(Mutex::default);
+type BuildLocks = HashMap<String, Arc<tokio::sync::Mutex<()>>>;
+
+fn build_lock(tag: &str) -> Arc<tokio::sync::Mutex<()>> {
+    let mut locks = BUILD_LOCKS.lock().expect("build locks poisoned");
+    locks.entry(tag.to_string()).or_default().clone()
+}
+
+/// Forgets locks nobody holds or waits for, so the map does not grow with every recipe.
+fn drop_idle_locks() {
+    let mut locks = BUILD_LOCKS.lock().expect("build locks poisoned");
+    locks.retain(|_, l| Arc::strong_count(l) > 1);
+}
 
 /// Configuration of the Docker sandbox.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,6 +137,17 @@ pub(crate) async fn find_image(
     }
 }
 
+/// Errors with `Infra` (saying how to make it) unless the base image is in the engine.
+async fn require_base(docker: &Docker, base: &str) -> Result<(), SandboxError> {
+    match find_image(docker, base).await? {
+        Some(_) => Ok(()),
+        None => Err(SandboxError::Infra(format!(
+            "base image {base} is not in the local Docker engine: run `reprobench images \
+             bootstrap` (or pass an existing base image)"
+        ))),
+    }
+}
+
 /// An engine call that failed: the machinery's fault, retry elsewhere.
 pub(crate) fn engine_error(what: &str, e: bollard::errors::Error) -> SandboxError {
     SandboxError::Infra(format!(
@@ -136,7 +163,9 @@ pub struct DockerSandbox {
 
 impl std::fmt::Debug for DockerSandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DockerSandbox").field("cfg", &self.inner.cfg).finish_non_exhaustive()
+        f.debug_struct("DockerSandbox")
+            .field("cfg", &self.inner.cfg)
+            .finish_non_exhaustive()
     }
 }
 
@@ -145,10 +174,6 @@ struct Inner {
     cfg: DockerConfig,
     /// Python major.minor of the base image, asked once.
     base_python: tokio::sync::OnceCell<String>,
-    /// One lock per image tag, so concurrent prepares build each layer once.
-    build_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
-    /// Images a running exec or prepare needs: never evicted.
-    pins: Mutex<HashMap<String, usize>>,
     /// Last use (unix seconds) of each image, mirrored in the usage file.
     usage: Mutex<HashMap<String, u64>>,
     /// One eviction at a time.
@@ -167,8 +192,6 @@ impl DockerSandbox {
                 docker,
                 cfg,
                 base_python: tokio::sync::OnceCell::new(),
-                build_locks: Mutex::default(),
-                pins: Mutex::default(),
                 usage: Mutex::new(usage),
                 evicting: tokio::sync::Mutex::default(),
                 limit_warnings: run::LimitWarnings::default(),
@@ -191,6 +214,11 @@ impl DockerSandbox {
         self.inner.base_python().await
     }
 
+    /// reprobench's env and instance images as eviction sees them (sizes, last use, in use).
+    pub async fn cached_images(&self) -> Result<Vec<CachedImage>, SandboxError> {
+        self.inner.cached_images().await
+    }
+
     /// Removes least recently used env and instance images until they fit the disk budget.
     pub async fn enforce_budget(&self) {
         self.inner.enforce_budget().await
@@ -208,7 +236,11 @@ impl Sandbox for DockerSandbox {
         Box::pin(async move { inner.prepare(recipe).await })
     }
 
-    fn exec(&self, prepared: &Prepared, req: ExecRequest) -> BoxFuture<Result<ExecOutput, SandboxError>> {
+    fn exec(
+        &self,
+        prepared: &Prepared,
+        req: ExecRequest,
+    ) -> BoxFuture<Result<ExecOutput, SandboxError>> {
         let inner = self.inner.clone();
         let prepared = prepared.clone();
         Box::pin(async move { inner.exec(prepared, req).await })
@@ -218,22 +250,18 @@ impl Sandbox for DockerSandbox {
 impl Inner {
     async fn prepare(self: Arc<Self>, recipe: EnvRecipe) -> Result<Prepared, SandboxError> {
         let base = self.cfg.base_image.clone();
-        if find_image(&self.docker, &base).await?.is_none() {
-            return Err(SandboxError::Infra(format!(
-                "base image {base} is not in the local Docker engine: run `reprobench images \
-                 bootstrap` (or pass an existing base image)"
-            )));
-        }
+        // Checked on every prepare, not only by the cached base_python: it may have been removed.
+        require_base(&self.docker, &base).await?;
         let have = self.base_python().await?;
         check_python(&recipe.python, &have, &base)?;
 
         let env_tag = format!("{ENV_REPO}:{}", recipe.env_key());
         let instance_tag = format!("{INSTANCE_REPO}:{}", recipe.instance_key());
-        let _pins = Pins::new(&self, &[&env_tag, &instance_tag]);
+        let _pins = Pins::new(&[&env_tag, &instance_tag]);
 
         let mut built = false;
         {
-            let lock = self.build_lock(&env_tag);
+            let lock = build_lock(&env_tag);
             let _held = lock.lock().await;
             if find_image(&self.docker, &env_tag).await?.is_none() {
                 let layer = build::env_layer(&base, &recipe, read_host_ca());
@@ -242,7 +270,7 @@ impl Inner {
             }
         }
         {
-            let lock = self.build_lock(&instance_tag);
+            let lock = build_lock(&instance_tag);
             let _held = lock.lock().await;
             if find_image(&self.docker, &instance_tag).await?.is_none() {
                 let repo = archive_commit(&recipe).await?;
@@ -251,7 +279,7 @@ impl Inner {
                 built = true;
             }
         }
-        self.drop_idle_locks();
+        drop_idle_locks();
         self.touch(&[&env_tag, &instance_tag]);
         if built {
             self.enforce_budget().await;
@@ -259,7 +287,11 @@ impl Inner {
         Ok(Prepared::Image(instance_tag))
     }
 
-    async fn exec(self: Arc<Self>, prepared: Prepared, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
+    async fn exec(
+        self: Arc<Self>,
+        prepared: Prepared,
+        req: ExecRequest,
+    ) -> Result<ExecOutput, SandboxError> {
         let Prepared::Image(image) = prepared else {
             return Err(SandboxError::BadInput(
                 "the docker sandbox was handed a checkout prepared by the process sandbox: \
@@ -267,27 +299,20 @@ impl Inner {
                     .into(),
             ));
         };
-        let _pins = Pins::new(&self, &[&image]);
+        let _pins = Pins::new(&[&image]);
         self.touch(&[&image]);
         run::exec(&self.docker, &image, req, &self.limit_warnings).await
     }
 
     async fn base_python(&self) -> Result<String, SandboxError> {
+        let base = &self.cfg.base_image;
         self.base_python
-            .get_or_try_init(|| run::python_version(&self.docker, &self.cfg.base_image))
+            .get_or_try_init(|| async {
+                require_base(&self.docker, base).await?;
+                run::python_version(&self.docker, base, &self.limit_warnings).await
+            })
             .await
             .cloned()
-    }
-
-    fn build_lock(&self, tag: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.build_locks.lock().expect("build locks poisoned");
-        locks.entry(tag.to_string()).or_default().clone()
-    }
-
-    /// Forgets locks nobody holds or waits for, so the map does not grow with every recipe.
-    fn drop_idle_locks(&self) {
-        let mut locks = self.build_locks.lock().expect("build locks poisoned");
-        locks.retain(|_, l| Arc::strong_count(l) > 1);
     }
 
     /// Records a use of images now, in memory and in the usage file.
@@ -326,10 +351,17 @@ impl Inner {
             removing = plan.len(),
             "reprobench images exceed the disk budget"
         );
-        let options = RemoveImageOptionsBuilder::new().force(false).noprune(false).build();
+        let options = RemoveImageOptionsBuilder::new()
+            .force(false)
+            .noprune(false)
+            .build();
         for tag in &plan {
             // Without force the engine refuses images a container (even a stopped one) uses.
-            match self.docker.remove_image(tag, Some(options.clone()), None).await {
+            match self
+                .docker
+                .remove_image(tag, Some(options.clone()), None)
+                .await
+            {
                 Ok(_) => {
                     info!(image = %tag, "evicted image");
                     self.usage.lock().expect("usage poisoned").remove(tag);
@@ -359,7 +391,7 @@ impl Inner {
             }
         }
         let usage = self.usage.lock().expect("usage poisoned").clone();
-        let pins = self.pins.lock().expect("pins poisoned").clone();
+        let pins = PINS.lock().expect("pins poisoned").clone();
         let mut out = Vec::new();
         for s in listed {
             let kind = match s.labels.get(LAYER_LABEL).map(String::as_str) {
@@ -371,14 +403,22 @@ impl Inner {
                 LayerKind::Env => ENV_REPO,
                 LayerKind::Instance => INSTANCE_REPO,
             };
-            let Some(tag) = s.repo_tags.iter().find(|t| t.starts_with(&format!("{repo}:"))) else {
+            let Some(tag) = s
+                .repo_tags
+                .iter()
+                .find(|t| t.starts_with(&format!("{repo}:")))
+            else {
                 continue;
             };
             let parent = s.labels.get(PARENT_LABEL).cloned();
             let parent_size = match &parent {
                 Some(p) => match size_of.get(p) {
                     Some(n) => *n,
-                    None => find_image(&self.docker, p).await?.and_then(|i| i.size).unwrap_or(0).max(0) as u64,
+                    None => find_image(&self.docker, p)
+                        .await?
+                        .and_then(|i| i.size)
+                        .unwrap_or(0)
+                        .max(0) as u64,
                 },
                 None => 0,
             };
@@ -395,28 +435,29 @@ impl Inner {
     }
 }
 
+/// Images a running exec or prepare of any sandbox of the process needs: never evicted.
+static PINS: LazyLock<Mutex<HashMap<String, usize>>> = LazyLock::new(Mutex::default);
+
 /// Marks images as needed for as long as it lives.
-struct Pins<'a> {
-    inner: &'a Inner,
+struct Pins {
     tags: Vec<String>,
 }
 
-impl<'a> Pins<'a> {
-    fn new(inner: &'a Inner, tags: &[&str]) -> Self {
-        let mut pins = inner.pins.lock().expect("pins poisoned");
+impl Pins {
+    fn new(tags: &[&str]) -> Self {
+        let mut pins = PINS.lock().expect("pins poisoned");
         for t in tags {
             *pins.entry(t.to_string()).or_default() += 1;
         }
         Pins {
-            inner,
             tags: tags.iter().map(|t| t.to_string()).collect(),
         }
     }
 }
 
-impl Drop for Pins<'_> {
+impl Drop for Pins {
     fn drop(&mut self) {
-        let mut pins = self.inner.pins.lock().expect("pins poisoned");
+        let mut pins = PINS.lock().expect("pins poisoned");
         for t in &self.tags {
             if let Some(n) = pins.get_mut(t) {
                 *n -= 1;
@@ -464,7 +505,11 @@ async fn archive_commit(recipe: &EnvRecipe) -> Result<Vec<u8>, SandboxError> {
     }
     let git = |args: &[&str]| {
         let mut c = tokio::process::Command::new("git");
-        c.arg("-C").arg(mirror).args(args).kill_on_drop(true);
+        // Read-only use; the mirror may belong to another user (git refuses those otherwise).
+        c.args(["-c", "safe.directory=*", "-C"])
+            .arg(mirror)
+            .args(args)
+            .kill_on_drop(true);
         c
     };
     let no_git = |e: std::io::Error| {
@@ -477,9 +522,16 @@ async fn archive_commit(recipe: &EnvRecipe) -> Result<Vec<u8>, SandboxError> {
         .await
         .map_err(no_git)?;
     if !check.status.success() {
-        return Err(missing("is not in the mirror"));
+        let why = String::from_utf8_lossy(&check.stderr);
+        return Err(missing(&match why.trim() {
+            "" => "is not in the mirror".to_string(),
+            why => format!("cannot be read from the mirror ({why})"),
+        }));
     }
-    let out = git(&["archive", "--format=tar", commit]).output().await.map_err(no_git)?;
+    let out = git(&["archive", "--format=tar", commit])
+        .output()
+        .await
+        .map_err(no_git)?;
     if !out.status.success() {
         return Err(SandboxError::Infra(format!(
             "`git -C {} archive {commit}` failed: {}",
@@ -496,7 +548,10 @@ fn read_host_ca() -> Option<Vec<u8>> {
 }
 
 fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 fn load_usage(path: &Path) -> HashMap<String, u64> {
@@ -555,8 +610,10 @@ pub fn plan_eviction(images: &[CachedImage], budget: u64) -> Vec<String> {
         return removed;
     }
     for kind in [LayerKind::Instance, LayerKind::Env] {
-        let mut candidates: Vec<&CachedImage> =
-            images.iter().filter(|i| i.kind == kind && !i.in_use).collect();
+        let mut candidates: Vec<&CachedImage> = images
+            .iter()
+            .filter(|i| i.kind == kind && !i.in_use)
+            .collect();
         candidates.sort_by(|a, b| (a.last_use, &a.tag).cmp(&(b.last_use, &b.tag)));
         for c in candidates {
             if total <= budget {
@@ -603,7 +660,11 @@ mod tests {
     }
 
     fn check(images: &[CachedImage], budget_mb: u64, expected: &[&str]) {
-        assert_eq!(plan_eviction(images, budget_mb << 20), expected, "images: {images:#?}");
+        assert_eq!(
+            plan_eviction(images, budget_mb << 20),
+            expected,
+            "images: {images:#?}"
+        );
     }
 
     #[test]
@@ -621,8 +682,8 @@ mod tests {
             inst("i2", "e1", 50, 10),
             inst("i3", "e1", 50, 20),
         ];
-        check(&images, 210, &["i2", "i3"]);
-        check(&images, 250, &["i2"]);
+        check(&images, 160, &["i2", "i3"]);
+        check(&images, 210, &["i2"]);
     }
 
     #[test]
@@ -653,7 +714,11 @@ mod tests {
 
     #[test]
     fn ties_break_by_tag() {
-        let images = [inst("b", "e", 10, 5), inst("a", "e", 10, 5), img("e", LayerKind::Env, 1, 0)];
+        let images = [
+            inst("b", "e", 10, 5),
+            inst("a", "e", 10, 5),
+            img("e", LayerKind::Env, 1, 0),
+        ];
         check(&images, 11, &["a"]);
     }
 
@@ -664,7 +729,9 @@ mod tests {
         assert!(check_python("3", "3.11", "b").is_ok());
         assert!(check_python("", "3.11", "b").is_ok());
         let e = check_python("3.9", "3.11", "base:x").unwrap_err();
-        assert!(matches!(&e, SandboxError::BadInput(m) if m.contains("3.9") && m.contains("3.11") && m.contains("base:x")));
+        assert!(
+            matches!(&e, SandboxError::BadInput(m) if m.contains("3.9") && m.contains("3.11") && m.contains("base:x"))
+        );
         assert!(check_python("3.1", "3.11", "b").is_err());
     }
 

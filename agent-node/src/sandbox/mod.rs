@@ -51,7 +51,6 @@ impl EnvRecipe {
     }
 }
 
-
 /// Resource limits of one execution.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
@@ -153,15 +152,28 @@ pub trait Sandbox: Send + Sync {
     /// The executor kind this sandbox serves (`docker` or `process`).
     fn kind(&self) -> &'static str;
     /// Builds (or finds cached) the environment for a recipe.
-    fn prepare(&self, recipe: &EnvRecipe) -> crate::executor::BoxFuture<Result<Prepared, SandboxError>>;
+    fn prepare(
+        &self,
+        recipe: &EnvRecipe,
+    ) -> crate::executor::BoxFuture<Result<Prepared, SandboxError>>;
     /// Runs one execution in a fresh copy of a prepared environment.
-    fn exec(&self, prepared: &Prepared, req: ExecRequest) -> crate::executor::BoxFuture<Result<ExecOutput, SandboxError>>;
+    fn exec(
+        &self,
+        prepared: &Prepared,
+        req: ExecRequest,
+    ) -> crate::executor::BoxFuture<Result<ExecOutput, SandboxError>>;
 }
 
 /// Rejects paths that are absolute or climb out of the work directory.
 pub fn check_relative_path(path: &str) -> Result<(), SandboxError> {
     let p = std::path::Path::new(path);
-    let escapes = p.is_absolute() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+    let escapes = p.is_absolute()
+        || p.components().any(|c| {
+            !matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        });
     if escapes || path.is_empty() {
         return Err(SandboxError::BadInput(format!(
             "file path `{path}` must be relative and stay inside the repository"
@@ -191,7 +203,11 @@ mod tests {
         let a = recipe();
         let mut b = recipe();
         b.base_commit = "def".into();
-        assert_eq!(a.env_key(), b.env_key(), "the environment does not depend on the commit");
+        assert_eq!(
+            a.env_key(),
+            b.env_key(),
+            "the environment does not depend on the commit"
+        );
         assert_ne!(a.instance_key(), b.instance_key());
         b.packages.push("numpy".into());
         assert_ne!(a.env_key(), b.env_key());

@@ -159,14 +159,13 @@ impl SwtExecutor {
                 )
             }
         };
-        if let Some(f) = &cache_file {
-            if let Some(mut rec) = std::fs::read(f)
+        if let Some(f) = &cache_file
+            && let Some(mut rec) = std::fs::read(f)
                 .ok()
                 .and_then(|b| serde_json::from_slice::<ExecRecord>(&b).ok())
-            {
-                rec.cached = true;
-                return Ok(rec);
-            }
+        {
+            rec.cached = true;
+            return Ok(rec);
         }
         let nonce = nonce();
         let plan = script::Plan {

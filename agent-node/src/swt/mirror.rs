@@ -91,13 +91,13 @@ pub fn prepare(
 ) -> Result<Vec<MirrorReport>, String> {
     let mut wanted: BTreeMap<&str, &str> = BTreeMap::new();
     for inst in instances {
-        if let Some(other) = wanted.insert(&inst.repo, &inst.base_commit) {
-            if other != inst.base_commit {
-                return Err(format!(
-                    "instances of {} use several base commits ({other}, {}); a source tree makes one commit",
-                    inst.repo, inst.base_commit
-                ));
-            }
+        if let Some(other) = wanted.insert(&inst.repo, &inst.base_commit)
+            && other != inst.base_commit
+        {
+            return Err(format!(
+                "instances of {} use several base commits ({other}, {}); a source tree makes one commit",
+                inst.repo, inst.base_commit
+            ));
         }
     }
     std::fs::create_dir_all(repos).map_err(|e| format!("creating {}: {e}", repos.display()))?;

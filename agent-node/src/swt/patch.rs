@@ -116,12 +116,11 @@ pub fn diff_files(patch: &str) -> Vec<DiffFile> {
             if let Some(f) = current.as_mut() {
                 f.new = None;
             }
-        } else if line.starts_with("GIT binary patch")
-            || (line.starts_with("Binary files ") && line.ends_with(" differ"))
+        } else if (line.starts_with("GIT binary patch")
+            || (line.starts_with("Binary files ") && line.ends_with(" differ")))
+            && let Some(f) = current.as_mut()
         {
-            if let Some(f) = current.as_mut() {
-                f.binary = true;
-            }
+            f.binary = true;
         }
     }
     files.extend(current);

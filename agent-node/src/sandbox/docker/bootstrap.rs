@@ -2,7 +2,9 @@
 //! host's CA bundle, import it into the engine. Takes about a minute and 400 MB.
 
 use super::super::SandboxError;
-use super::{DEFAULT_BASE_IMAGE, LAYER_LABEL, connect_engine, default_cache_dir, engine_error, find_image};
+use super::{
+    DEFAULT_BASE_IMAGE, LAYER_LABEL, connect_engine, default_cache_dir, engine_error, find_image,
+};
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures_util::StreamExt;
 use std::collections::VecDeque;
@@ -60,27 +62,37 @@ impl Default for BootstrapOptions {
 pub async fn bootstrap_base_image(opts: &BootstrapOptions) -> Result<String, SandboxError> {
     let docker = connect_engine().await?;
     if !opts.force && find_image(&docker, &opts.tag).await?.is_some() {
-        eprintln!("bootstrap: {} exists; nothing to do (pass --force to rebuild it)", opts.tag);
+        eprintln!(
+            "bootstrap: {} exists; nothing to do (pass --force to rebuild it)",
+            opts.tag
+        );
         return Ok(opts.tag.clone());
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return Err(SandboxError::Infra(
-            "debootstrap needs root: run `reprobench images bootstrap` as root (e.g. with sudo)".into(),
+            "debootstrap needs root: run `reprobench images bootstrap` as root (e.g. with sudo)"
+                .into(),
         ));
     }
     let debootstrap = find_tool("debootstrap").ok_or_else(|| {
         SandboxError::Infra(
-            "debootstrap is not installed: run `apt-get update && apt-get install -y debootstrap`".into(),
+            "debootstrap is not installed: run `apt-get update && apt-get install -y debootstrap`"
+                .into(),
         )
     })?;
     let tar = find_tool("tar").ok_or_else(|| {
         SandboxError::Infra("tar is not installed: run `apt-get install -y tar`".into())
     })?;
     std::fs::create_dir_all(&opts.work_dir).map_err(|e| {
-        SandboxError::Infra(format!("cannot create work dir {}: {e}", opts.work_dir.display()))
+        SandboxError::Infra(format!(
+            "cannot create work dir {}: {e}",
+            opts.work_dir.display()
+        ))
     })?;
-    let rootfs = opts.work_dir.join(format!("rootfs-{}-{}", opts.suite, std::process::id()));
+    let rootfs = opts
+        .work_dir
+        .join(format!("rootfs-{}-{}", opts.suite, std::process::id()));
     let result = build(&docker, opts, &debootstrap, &tar, &rootfs).await;
     eprintln!("bootstrap: removing {}", rootfs.display());
     let to_remove = rootfs.clone();
@@ -116,7 +128,10 @@ async fn build(
     let mut cmd = tokio::process::Command::new(debootstrap);
     // A clean environment: the caller's locale, proxies or Python variables must not leak in.
     cmd.env_clear()
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .env("LC_ALL", "C")
         .env("DEBIAN_FRONTEND", "noninteractive")
         .arg("--variant=minbase")
@@ -131,14 +146,21 @@ async fn build(
             opts.suite, opts.mirror
         ))
     })?;
-    eprintln!("bootstrap: debootstrap done in {:.0}s", started.elapsed().as_secs_f64());
+    eprintln!(
+        "bootstrap: debootstrap done in {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
 
-    let fs_err = |what: &str, e: std::io::Error| SandboxError::Infra(format!("{what} in {}: {e}", rootfs.display()));
+    let fs_err = |what: &str, e: std::io::Error| {
+        SandboxError::Infra(format!("{what} in {}: {e}", rootfs.display()))
+    };
     match super::read_host_ca() {
         // The image must trust what the host trusts (a TLS-intercepting proxy's CA included).
         Some(ca) => {
-            std::fs::write(rootfs.join(ROOTFS_CA), &ca).map_err(|e| fs_err("cannot write the CA bundle", e))?;
-            std::fs::create_dir_all(rootfs.join("etc/reprobench")).map_err(|e| fs_err("cannot create etc/reprobench", e))?;
+            std::fs::write(rootfs.join(ROOTFS_CA), &ca)
+                .map_err(|e| fs_err("cannot write the CA bundle", e))?;
+            std::fs::create_dir_all(rootfs.join("etc/reprobench"))
+                .map_err(|e| fs_err("cannot create etc/reprobench", e))?;
             std::fs::write(rootfs.join("etc/reprobench/ca-certificates.crt"), &ca)
                 .map_err(|e| fs_err("cannot write the CA bundle", e))?;
         }
@@ -148,10 +170,16 @@ async fn build(
         empty_dir(&rootfs.join(dir)).map_err(|e| fs_err(&format!("cannot empty {dir}"), e))?;
     }
 
-    eprintln!("bootstrap: importing the root filesystem into the engine as {}", opts.tag);
+    eprintln!(
+        "bootstrap: importing the root filesystem into the engine as {}",
+        opts.tag
+    );
     import(docker, tar, rootfs, opts).await?;
     let image = find_image(docker, &opts.tag).await?.ok_or_else(|| {
-        SandboxError::Infra(format!("the engine accepted the import but has no image {}", opts.tag))
+        SandboxError::Infra(format!(
+            "the engine accepted the import but has no image {}",
+            opts.tag
+        ))
     })?;
     let mb = image.size.unwrap_or(0) >> 20;
     eprintln!(
@@ -165,13 +193,24 @@ async fn build(
 
 /// Runs a command, printing its stage lines on stderr; on failure returns its last lines.
 async fn run_logged(mut cmd: tokio::process::Command, name: &str) -> Result<(), String> {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {name}: {e}"))?;
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {name}: {e}"))?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let mut readers = Vec::new();
     for pipe in [
-        child.stdout.take().map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        child.stderr.take().map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
     ]
     .into_iter()
     .flatten()
@@ -190,7 +229,13 @@ async fn run_logged(mut cmd: tokio::process::Command, name: &str) -> Result<(), 
     let mut tail: VecDeque<String> = VecDeque::new();
     while let Some(line) = rx.recv().await {
         // Per-package lines are hundreds; the stage lines tell where it is.
-        const CHATTY: &[&str] = &["I: Retrieving", "I: Validating", "I: Extracting", "I: Unpacking", "I: Configuring"];
+        const CHATTY: &[&str] = &[
+            "I: Retrieving",
+            "I: Validating",
+            "I: Extracting",
+            "I: Unpacking",
+            "I: Configuring",
+        ];
         if !CHATTY.iter().any(|p| line.starts_with(p)) {
             eprintln!("bootstrap: {name}: {line}");
         }
@@ -199,16 +244,27 @@ async fn run_logged(mut cmd: tokio::process::Command, name: &str) -> Result<(), 
         }
         tail.push_back(line);
     }
-    let status = child.wait().await.map_err(|e| format!("waiting for {name}: {e}"))?;
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| format!("waiting for {name}: {e}"))?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("{name} exited with {status}\n{}", Vec::from(tail).join("\n")))
+        Err(format!(
+            "{name} exited with {status}\n{}",
+            Vec::from(tail).join("\n")
+        ))
     }
 }
 
 /// Streams `tar -c` of the root filesystem into the engine's import (no registry involved).
-async fn import(docker: &bollard::Docker, tar: &Path, rootfs: &Path, opts: &BootstrapOptions) -> Result<(), SandboxError> {
+async fn import(
+    docker: &bollard::Docker,
+    tar: &Path,
+    rootfs: &Path,
+    opts: &BootstrapOptions,
+) -> Result<(), SandboxError> {
     let (repo, tag) = split_tag(&opts.tag);
     let changes = vec![
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
@@ -250,8 +306,11 @@ async fn import(docker: &bollard::Docker, tar: &Path, rootfs: &Path, opts: &Boot
         }
     });
     // A whole root filesystem takes a while to send: no request timeout.
-    let docker = docker.clone().with_timeout(std::time::Duration::from_secs(3600));
-    let mut progress = docker.create_image(Some(options), Some(bollard::body_try_stream(chunks)), None);
+    let docker = docker
+        .clone()
+        .with_timeout(std::time::Duration::from_secs(3600));
+    let mut progress =
+        docker.create_image(Some(options), Some(bollard::body_try_stream(chunks)), None);
     let mut failed = None;
     while let Some(item) = progress.next().await {
         if let Err(e) = item {
@@ -343,7 +402,10 @@ mod tests {
 
     #[test]
     fn tags_split() {
-        assert_eq!(split_tag("reprobench/python-base:bookworm"), ("reprobench/python-base", "bookworm"));
+        assert_eq!(
+            split_tag("reprobench/python-base:bookworm"),
+            ("reprobench/python-base", "bookworm")
+        );
         assert_eq!(split_tag("img"), ("img", "latest"));
         assert_eq!(split_tag("host:5000/img"), ("host:5000/img", "latest"));
         assert_eq!(split_tag("host:5000/img:t"), ("host:5000/img", "t"));

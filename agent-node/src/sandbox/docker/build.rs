@@ -4,9 +4,9 @@
 use super::super::{EnvRecipe, SandboxError};
 use super::{KEY_LABEL, LAYER_LABEL, PARENT_LABEL, WORKDIR};
 use bollard::Docker;
-use bollard::query_parameters::BuildImageOptionsBuilder;
+use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
 use futures_util::StreamExt;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 use tracing::{debug, info};
 
@@ -14,16 +14,18 @@ use tracing::{debug, info};
 const CA_PATH: &str = "/etc/reprobench/ca-certificates.crt";
 /// Lines of build output quoted in an error.
 const QUOTED_LINES: usize = 30;
+/// Characters kept of one output line (a RUN line quotes a whole script).
+const LINE_CHARS: usize = 300;
 /// Lines of the failing step searched for signs of a network failure.
 const KEPT_LINES: usize = 400;
 /// Builds may download for a long time; the engine sends nothing until the context is read.
 const BUILD_REQUEST_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
 
-/// Who wrote a Dockerfile step: a failure in the harness's own steps is infrastructure, one in
-/// the recipe's steps is (mostly) the instance's.
+/// Who wrote a piece of the build: a failure in the harness's own pieces is infrastructure, one
+/// in the recipe's commands is (mostly) the instance's.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Origin {
-    /// A step of the harness itself (what it does, for the error message).
+    /// A piece of the harness itself (what it does, for the error message).
     Harness(&'static str),
     /// `pip install` of the recipe's packages.
     Packages,
@@ -44,20 +46,33 @@ impl Origin {
     }
 }
 
+/// Printed (on a line of its own) before each piece of a [`Layer::script`] step, so a failure can
+/// be traced to the piece.
+const PIECE_MARK: &str = "reprobench-piece:";
+
 /// A layer to build: Dockerfile steps with their origin, context files, image labels.
+///
+/// Every step costs a container and a commit (seconds each on fuse-overlayfs), so the shell
+/// work of a layer is one `RUN` of a script whose pieces announce themselves in the output.
 #[derive(Debug)]
 pub(super) struct Layer {
     steps: Vec<(String, Origin)>,
+    /// Pieces of script steps, by the number they announce.
+    pieces: Vec<Origin>,
     files: Vec<(String, Vec<u8>)>,
-    labels: HashMap<String, String>,
+    labels: BTreeMap<String, String>,
 }
 
 impl Layer {
     fn new(from: &str, kind: &str, key: String) -> Layer {
         Layer {
-            steps: vec![(format!("FROM {from}"), Origin::Harness("starting from the parent image"))],
+            steps: vec![(
+                format!("FROM {from}"),
+                Origin::Harness("starting from the parent image"),
+            )],
+            pieces: Vec::new(),
             files: Vec::new(),
-            labels: HashMap::from([
+            labels: BTreeMap::from([
                 (LAYER_LABEL.to_string(), kind.to_string()),
                 (KEY_LABEL.to_string(), key),
                 (PARENT_LABEL.to_string(), from.to_string()),
@@ -69,16 +84,57 @@ impl Layer {
         self.steps.push((instruction, origin));
     }
 
-    /// `RUN` in exec form: JSON quoting survives any character a recipe's command contains.
-    fn run(&mut self, shell: &str, command: &str, origin: Origin) {
-        let argv = serde_json::to_string(&[shell, "-c", command]).expect("strings serialize");
-        self.step(format!("RUN {argv}"), origin);
+    /// One `RUN` of `sh -c` over pieces run in order, each announced, the first failure ending
+    /// it with that piece's exit status. Exec form: JSON quoting survives any character.
+    fn script(&mut self, pieces: Vec<(Origin, String)>) {
+        let mut script = String::from("cd / || exit 1\n");
+        for (origin, command) in pieces {
+            let n = self.pieces.len();
+            self.pieces.push(origin);
+            script.push_str(&format!(
+                "printf '\\n%s %s\\n' '{PIECE_MARK}' {n}\n{command} || exit $?\n"
+            ));
+        }
+        let argv = serde_json::to_string(&["/bin/sh", "-c", &script]).expect("strings serialize");
+        self.step(
+            format!("RUN {argv}"),
+            Origin::Harness("running the layer's commands"),
+        );
+    }
+
+    /// Ends the layer with its labels: one `LABEL` step (build options would add one per label,
+    /// each a commit).
+    fn label(&mut self) {
+        // Double quotes, with `\`, `"` and `$` (variable expansion) escaped.
+        let quote = |v: &str| {
+            let mut q = String::from('"');
+            for c in v.chars() {
+                if matches!(c, '\\' | '"' | '$') {
+                    q.push('\\');
+                }
+                q.push(c);
+            }
+            q.push('"');
+            q
+        };
+        let labels: Vec<String> = self
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={}", quote(v)))
+            .collect();
+        self.step(
+            format!("LABEL {}", labels.join(" ")),
+            Origin::Harness("labelling the image"),
+        );
     }
 
     /// The Dockerfile text; step N of the build is line N.
     pub(super) fn dockerfile(&self) -> String {
         let mut s: String = self.steps.iter().map(|(i, _)| format!("{i}\n")).collect();
-        s.insert_str(0, "# Generated by reprobench: one instruction per line, one step each.\n");
+        s.insert_str(
+            0,
+            "# Generated by reprobench: one instruction per line, one step each.\n",
+        );
         s
     }
 
@@ -101,51 +157,63 @@ impl Layer {
         tar.into_inner()
             .map_err(|e| SandboxError::Infra(format!("cannot make the build context: {e}")))
     }
+
+    /// Where a failure happened: the script piece last announced, else the Dockerfile step.
+    fn origin(&self, step: Option<usize>, piece: Option<usize>) -> Option<&Origin> {
+        piece.and_then(|p| self.pieces.get(p)).or_else(|| {
+            step.and_then(|n| self.steps.get(n.checked_sub(1)?))
+                .map(|(_, o)| o)
+        })
+    }
+}
+
+/// `s` as one shell word.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// The env layer: CA bundle, a virtualenv at `/opt/venv`, the recipe's packages in it.
 pub(super) fn env_layer(base: &str, recipe: &EnvRecipe, ca_bundle: Option<Vec<u8>>) -> Layer {
     let mut l = Layer::new(base, "env", recipe.env_key());
-    if let Some(ca) = ca_bundle {
-        l.files.push(("ca-certificates.crt".into(), ca));
-        l.step(
-            format!("COPY ca-certificates.crt {CA_PATH}"),
-            Origin::Harness("copying the host CA bundle in"),
-        );
-        // pip, requests and OpenSSL users trust the host's CAs (a TLS-intercepting proxy's too).
-        l.step(
-            format!("ENV PIP_CERT={CA_PATH} SSL_CERT_FILE={CA_PATH} REQUESTS_CA_BUNDLE={CA_PATH}"),
-            Origin::Harness("setting the CA environment"),
-        );
-    }
+    // pip, requests and OpenSSL users trust the host's CAs (a TLS-intercepting proxy's too).
+    let ca_env = match ca_bundle {
+        Some(ca) => {
+            l.files.push(("reprobench/ca-certificates.crt".into(), ca));
+            format!(" PIP_CERT={CA_PATH} SSL_CERT_FILE={CA_PATH} REQUESTS_CA_BUNDLE={CA_PATH}")
+        }
+        None => String::new(),
+    };
+    let mut reqs = recipe.packages.join("\n");
+    reqs.push('\n');
+    // A requirements file, not argv: specifiers like `a>=1,<2` need no shell quoting.
+    l.files
+        .push(("reprobench/requirements.txt".into(), reqs.into_bytes()));
     l.step(
-        "ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PYTHONUNBUFFERED=1".into(),
-        Origin::Harness("setting the pip environment"),
+        "COPY reprobench/ /etc/reprobench/".into(),
+        Origin::Harness("copying the CA bundle and requirements in"),
     );
-    l.run(
-        "/bin/sh",
-        "python3 -m venv /opt/venv",
-        Origin::Harness("creating the virtualenv with `python3 -m venv` (the base image needs python3-venv)"),
-    );
+    // PATH names the virtualenv before it exists: `python3` below is still the system one.
     l.step(
-        "ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH".into(),
-        Origin::Harness("putting the virtualenv on PATH"),
+        format!(
+            "ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1 \
+             PIP_NO_INPUT=1 PYTHONUNBUFFERED=1{ca_env}"
+        ),
+        Origin::Harness("setting the environment"),
     );
+    let mut pieces = vec![(
+        Origin::Harness(
+            "creating the virtualenv with `python3 -m venv` (the base image needs python3-venv)",
+        ),
+        "/usr/bin/env python3 -m venv /opt/venv".to_string(),
+    )];
     if !recipe.packages.is_empty() {
-        // A requirements file, not argv: specifiers like `a>=1,<2` need no shell quoting.
-        let mut reqs = recipe.packages.join("\n");
-        reqs.push('\n');
-        l.files.push(("requirements.txt".into(), reqs.into_bytes()));
-        l.step(
-            "COPY requirements.txt /etc/reprobench/requirements.txt".into(),
-            Origin::Harness("copying the requirements in"),
-        );
-        l.run(
-            "/bin/sh",
-            "pip install --no-cache-dir -r /etc/reprobench/requirements.txt",
+        pieces.push((
             Origin::Packages,
-        );
+            "pip install --no-cache-dir -r /etc/reprobench/requirements.txt".into(),
+        ));
     }
+    l.script(pieces);
+    l.label();
     l
 }
 
@@ -153,33 +221,56 @@ pub(super) fn env_layer(base: &str, recipe: &EnvRecipe, ca_bundle: Option<Vec<u8
 /// then the recipe's `pre_install` and `install` commands run there.
 pub(super) fn instance_layer(env_tag: &str, recipe: &EnvRecipe, repo_tar: Vec<u8>) -> Layer {
     let mut l = Layer::new(env_tag, "instance", recipe.instance_key());
-    l.labels.insert("reprobench.repo".into(), recipe.repo.clone());
-    l.labels.insert("reprobench.commit".into(), recipe.base_commit.clone());
+    l.labels
+        .insert("reprobench.repo".into(), recipe.repo.clone());
+    l.labels
+        .insert("reprobench.commit".into(), recipe.base_commit.clone());
     l.files.push(("repo.tar".into(), repo_tar));
+    l.step(
+        format!("WORKDIR {WORKDIR}"),
+        Origin::Harness("creating the repository directory"),
+    );
     // ADD unpacks a local tar archive into the directory.
-    l.step(format!("ADD repo.tar {WORKDIR}/"), Origin::Harness("unpacking the repository"));
-    l.step(format!("WORKDIR {WORKDIR}"), Origin::Harness("entering the repository"));
+    l.step(
+        format!("ADD repo.tar {WORKDIR}/"),
+        Origin::Harness("unpacking the repository"),
+    );
     // A fixed identity and dates make the base commit reproducible; `add -f` keeps tracked files
-    // that the repository's own .gitignore matches. safe.directory: copies are owned by others.
-    let git = "git config --system user.name reprobench \
+    // that the repository's own .gitignore matches. safe.directory: copies may be owned by others.
+    let git = format!(
+        "cd {WORKDIR} \
+        && git config --system user.name reprobench \
         && git config --system user.email reprobench@localhost \
         && git config --system --add safe.directory '*' \
         && git init -q \
         && git add -A -f \
         && GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z \
-           git commit -q --no-verify --allow-empty -m 'reprobench: base commit'";
-    l.run("/bin/sh", git, Origin::Harness("making the repository a git repository (the base image needs git)"));
+           git commit -q --no-verify --allow-empty -m 'reprobench: base commit'"
+    );
+    let mut pieces = vec![(
+        Origin::Harness("making the repository a git repository (the base image needs git)"),
+        git,
+    )];
+    // Each command in its own bash, from the repository root, as a Dockerfile RUN would.
+    let in_repo = |c: &str| format!("(cd {WORKDIR} && exec /bin/bash -c {})", sh_quote(c));
     for (i, c) in recipe.pre_install.iter().enumerate() {
-        l.run("/bin/bash", c, Origin::PreInstall(i));
+        pieces.push((Origin::PreInstall(i), in_repo(c)));
     }
     if !recipe.install.trim().is_empty() {
-        l.run("/bin/bash", &recipe.install, Origin::Install);
+        pieces.push((Origin::Install, in_repo(&recipe.install)));
     }
+    l.script(pieces);
+    l.label();
     l
 }
 
 /// Builds `layer` as `tag`, streaming the output to the debug log.
-pub(super) async fn build(docker: &Docker, tag: &str, layer: Layer, recipe: &EnvRecipe) -> Result<(), SandboxError> {
+pub(super) async fn build(
+    docker: &Docker,
+    tag: &str,
+    layer: Layer,
+    recipe: &EnvRecipe,
+) -> Result<(), SandboxError> {
     let started = Instant::now();
     let context = layer.context()?;
     info!(image = %tag, repo = %recipe.repo, context_kb = context.len() >> 10, "building image");
@@ -187,34 +278,57 @@ pub(super) async fn build(docker: &Docker, tag: &str, layer: Layer, recipe: &Env
         .t(tag)
         .rm(true)
         .forcerm(true)
-        .labels(&layer.labels)
         .build();
     let docker = docker.clone().with_timeout(BUILD_REQUEST_TIMEOUT);
     let mut stream = docker.build_image(options, None, Some(bollard::body_full(context.into())));
-    let mut out = BuildOutput::default();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(info) => {
+    let mut out = BuildOutput {
+        pieces: layer.pieces.iter().map(Origin::describe).collect(),
+        ..BuildOutput::default()
+    };
+    let error = loop {
+        match stream.next().await {
+            Some(Ok(info)) => {
                 if let Some(text) = info.stream {
                     out.push(&text, tag);
                 }
             }
-            Err(bollard::errors::Error::DockerStreamError { error }) => {
+            Some(Err(bollard::errors::Error::DockerStreamError { error })) => {
                 out.flush();
-                let origin = out.step.and_then(|n| layer.steps.get(n - 1)).map(|(_, o)| o);
-                return Err(failure(tag, &layer, &out, origin, &error));
+                let origin = layer.origin(out.step, out.piece);
+                break failure(tag, &layer, &out, origin, &error);
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 out.flush();
                 let mut msg = super::engine_error(&format!("building {tag}"), e).to_string();
                 msg.push_str(&quote(&out));
-                return Err(SandboxError::Infra(msg));
+                break SandboxError::Infra(msg);
+            }
+            None => {
+                out.flush();
+                info!(image = %tag, secs = started.elapsed().as_secs_f64(), "image built");
+                return Ok(());
             }
         }
+    };
+    drop(stream);
+    remove_intermediates(&docker, &out.images).await;
+    Err(error)
+}
+
+/// Removes the images of the steps a failed build completed: untagged, nothing else would ever
+/// remove them. Step 1 is the parent layer itself and stays. The engine refuses (harmlessly)
+/// images that another image or a running build still builds on.
+async fn remove_intermediates(docker: &Docker, images: &[(usize, String)]) {
+    let options = RemoveImageOptionsBuilder::new()
+        .force(false)
+        .noprune(false)
+        .build();
+    for (_, id) in images.iter().rev().filter(|(step, _)| *step > 1) {
+        match docker.remove_image(id, Some(options.clone()), None).await {
+            Ok(_) => debug!(image = %id, "removed image of a failed build's step"),
+            Err(e) => debug!(image = %id, error = %e, "kept image of a failed build's step"),
+        }
     }
-    out.flush();
-    info!(image = %tag, secs = started.elapsed().as_secs_f64(), "image built");
-    Ok(())
 }
 
 /// Build output as it streams: complete lines, the current step, the failing step's lines.
@@ -227,6 +341,12 @@ struct BuildOutput {
     step_lines: VecDeque<String>,
     /// 1-based step number the engine is at.
     step: Option<usize>,
+    /// Script piece the current step announced last.
+    piece: Option<usize>,
+    /// Images the steps made (step number, image id), in order.
+    images: Vec<(usize, String)>,
+    /// What each script piece is (shown in place of its mark).
+    pieces: Vec<String>,
 }
 
 impl BuildOutput {
@@ -246,20 +366,56 @@ impl BuildOutput {
     }
 
     fn line(&mut self, line: String, tag: &str) {
+        let mut marks = false;
         if let Some(n) = parse_step(&line) {
             self.step = Some(n);
+            self.piece = None;
             self.step_lines.clear();
             info!(image = %tag, "{line}");
+        } else if let Some(p) = line
+            .strip_prefix(PIECE_MARK)
+            .and_then(|p| p.trim().parse().ok())
+        {
+            self.piece = Some(p);
+            self.step_lines.clear();
+            marks = true;
+            if let Some(what) = self.pieces.get(p) {
+                push_capped(
+                    &mut self.tail,
+                    format!("[reprobench: {what}]"),
+                    QUOTED_LINES,
+                );
+                return;
+            }
         } else {
+            if let (Some(step), Some(id)) = (self.step, step_image(&line)) {
+                self.images.push((step, id.to_string()));
+            }
             debug!(image = %tag, "{line}");
         }
-        for (buf, cap) in [(&mut self.tail, QUOTED_LINES), (&mut self.step_lines, KEPT_LINES)] {
-            if buf.len() == cap {
-                buf.pop_front();
-            }
-            buf.push_back(line.clone());
+        if !marks {
+            push_capped(&mut self.step_lines, line.clone(), KEPT_LINES);
         }
+        push_capped(&mut self.tail, line, QUOTED_LINES);
     }
+}
+
+/// Appends a line, dropping the oldest beyond `cap` lines and cutting it at [`LINE_CHARS`].
+fn push_capped(buf: &mut VecDeque<String>, mut line: String, cap: usize) {
+    if let Some((cut, _)) = line.char_indices().nth(LINE_CHARS) {
+        line.truncate(cut);
+        line.push('…');
+    }
+    if buf.len() == cap {
+        buf.pop_front();
+    }
+    buf.push_back(line);
+}
+
+/// ` ---> 0123456789ab` → the image a step made (not ` ---> Running in …` or ` ---> Using cache`).
+fn step_image(line: &str) -> Option<&str> {
+    let id = line.trim().strip_prefix("---> ")?.trim();
+    (id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
 }
 
 /// `Step 3/7 : RUN …` → 3.
@@ -301,14 +457,18 @@ const NETWORK_SIGNS: &[&str] = &[
 /// Blames a build failure: the harness's steps and a full disk are infrastructure; the recipe's
 /// steps are the recipe's unless their output shows a network failure (pip needs the network).
 pub(super) fn blame(origin: Option<&Origin>, step_lines: &[&str], error: &str) -> Blame {
-    let no_space = |s: &str| s.contains("no space left on device") || s.contains("No space left on device");
+    let no_space =
+        |s: &str| s.contains("no space left on device") || s.contains("No space left on device");
     if no_space(error) || step_lines.iter().any(|l| no_space(l)) {
         return Blame::Infra;
     }
     match origin {
         None | Some(Origin::Harness(_)) => Blame::Infra,
         Some(_) => {
-            if step_lines.iter().any(|l| NETWORK_SIGNS.iter().any(|s| l.contains(s))) {
+            if step_lines
+                .iter()
+                .any(|l| NETWORK_SIGNS.iter().any(|s| l.contains(s)))
+            {
                 Blame::Infra
             } else {
                 Blame::Recipe
@@ -322,17 +482,32 @@ fn quote(out: &BuildOutput) -> String {
         return String::new();
     }
     let lines: Vec<&str> = out.tail.iter().map(String::as_str).collect();
-    format!("\n--- last {} lines of the build output ---\n{}", lines.len(), lines.join("\n"))
+    format!(
+        "\n--- last {} lines of the build output ---\n{}",
+        lines.len(),
+        lines.join("\n")
+    )
 }
 
-fn failure(tag: &str, layer: &Layer, out: &BuildOutput, origin: Option<&Origin>, error: &str) -> SandboxError {
+fn failure(
+    tag: &str,
+    layer: &Layer,
+    out: &BuildOutput,
+    origin: Option<&Origin>,
+    error: &str,
+) -> SandboxError {
     let step_lines: Vec<&str> = out.step_lines.iter().map(String::as_str).collect();
     let at = match (out.step, origin) {
         (Some(n), Some(o)) => format!(" at step {n}/{} ({})", layer.steps.len(), o.describe()),
         _ => String::new(),
     };
-    let head = format!("building {tag}{at} failed: {}", error.trim());
-    match blame(origin, &step_lines, error) {
+    // The engine quotes the whole script; the exit status is what matters.
+    let error = match error.rfind("returned a non-zero code") {
+        Some(i) => format!("the command {}", &error[i..]),
+        None => error.trim().to_string(),
+    };
+    let head = format!("building {tag}{at} failed: {error}");
+    match blame(origin, &step_lines, &error) {
         Blame::Recipe => SandboxError::BadInput(format!(
             "{head}; fix the instance's environment (packages, pre_install, install) or leave the \
              instance out{}",
@@ -344,7 +519,9 @@ fn failure(tag: &str, layer: &Layer, out: &BuildOutput, origin: Option<&Origin>,
                     "the base image may lack what the harness needs: rebuild it with `reprobench \
                      images bootstrap --force` (or check the engine)"
                 }
-                _ => "check the network (pip needs PyPI), the disk space and the engine, then retry",
+                _ => {
+                    "check the network (pip needs PyPI), the disk space and the engine, then retry"
+                }
             };
             SandboxError::Infra(format!("{head}; {hint}{}", quote(out)))
         }
@@ -367,35 +544,114 @@ mod tests {
         }
     }
 
+    fn run_argv(layer: &Layer) -> Vec<String> {
+        let (run, _) = layer
+            .steps
+            .iter()
+            .find(|(i, _)| i.starts_with("RUN "))
+            .unwrap();
+        serde_json::from_str(&run["RUN ".len()..]).unwrap()
+    }
+
     #[test]
-    fn dockerfile_has_one_step_per_line_and_quotes_commands() {
+    fn layers_have_one_instruction_per_line_and_few_steps() {
         let r = recipe();
         let env = env_layer("base:1", &r, Some(b"CA".to_vec()));
         let text = env.dockerfile();
         let instructions: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(instructions.len(), env.steps.len());
         assert_eq!(instructions[0], "FROM base:1");
-        assert!(text.contains("pip install --no-cache-dir -r"));
-        assert!(env.files.iter().any(|(n, b)| n == "requirements.txt" && b == b"pytest>=7,<9\n"));
+        assert_eq!(env.steps.len(), 5, "{text}");
+        assert_eq!(
+            instructions[4],
+            format!(
+                r#"LABEL reprobench.key="{}" reprobench.layer="env" reprobench.parent="base:1""#,
+                r.env_key()
+            )
+        );
+        assert!(text.contains(&format!("SSL_CERT_FILE={CA_PATH}")), "{text}");
+        assert!(run_argv(&env)[2].contains("pip install --no-cache-dir -r"));
+        assert!(
+            env.files
+                .iter()
+                .any(|(n, b)| n == "reprobench/requirements.txt" && b == b"pytest>=7,<9\n")
+        );
         assert_eq!(env.labels[LAYER_LABEL], "env");
         assert_eq!(env.labels[PARENT_LABEL], "base:1");
+        assert!(matches!(
+            env.pieces[..],
+            [Origin::Harness(_), Origin::Packages]
+        ));
 
         let inst = instance_layer("reprobench/env:k", &r, b"tar".to_vec());
         let text = inst.dockerfile();
-        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), inst.steps.len());
-        // The newline inside the pre_install command stays inside one JSON string.
-        assert!(text.contains(r#"RUN ["/bin/bash","-c","echo \"pre\" && touch x\nmore"]"#), "{text}");
-        assert_eq!(inst.steps.last().unwrap().1, Origin::Install);
+        assert_eq!(
+            text.lines().filter(|l| !l.starts_with('#')).count(),
+            inst.steps.len()
+        );
+        assert_eq!(inst.steps.len(), 5, "{text}");
+        assert_eq!(inst.pieces.len(), 3);
+        assert_eq!(inst.pieces[1], Origin::PreInstall(0));
+        assert_eq!(inst.pieces[2], Origin::Install);
         assert!(inst.context().unwrap().len() > 1024);
     }
 
     #[test]
-    fn no_packages_means_no_pip_step() {
+    fn label_values_are_quoted() {
+        let mut l = Layer::new("b", "env", "k".into());
+        l.labels
+            .insert("reprobench.repo".into(), r#"a"b$c\d"#.into());
+        l.label();
+        let (last, _) = l.steps.last().unwrap();
+        assert!(last.contains(r#"reprobench.repo="a\"b\$c\\d""#), "{last}");
+    }
+
+    #[test]
+    fn no_packages_means_no_pip_and_no_ca_means_no_ca_env() {
         let mut r = recipe();
         r.packages.clear();
         let env = env_layer("b", &r, None);
-        assert!(!env.steps.iter().any(|(_, o)| *o == Origin::Packages));
+        assert!(!env.pieces.contains(&Origin::Packages));
+        assert!(!run_argv(&env)[2].contains("pip install"));
         assert!(!env.dockerfile().contains(CA_PATH));
+    }
+
+    #[test]
+    fn script_pieces_run_in_order_and_the_failing_one_is_found() {
+        let mut l = Layer::new("b", "instance", "k".into());
+        l.script(vec![
+            (Origin::Harness("first"), "echo one".into()),
+            (
+                Origin::PreInstall(0),
+                format!("echo {} && exit 3", sh_quote("it's\n\"quoted\"")),
+            ),
+            (Origin::Install, "echo never".into()),
+        ]);
+        let argv = run_argv(&l);
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(3));
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            text.contains("one\n")
+                && text.contains("it's\n\"quoted\"\n")
+                && !text.contains("never"),
+            "{text}"
+        );
+        let mut o = BuildOutput::default();
+        o.push("Step 2/2 : RUN [...]\n", "t");
+        o.push(&text, "t");
+        o.flush();
+        assert_eq!((o.step, o.piece), (Some(2), Some(1)));
+        assert_eq!(l.origin(o.step, o.piece), Some(&Origin::PreInstall(0)));
+        assert_eq!(o.step_lines, ["it's", "\"quoted\""]);
+        assert_eq!(
+            l.origin(Some(1), None),
+            Some(&Origin::Harness("starting from the parent image"))
+        );
+        assert_eq!(l.origin(Some(9), None), None);
     }
 
     #[test]
@@ -404,6 +660,19 @@ mod tests {
         assert_eq!(parse_step("Step 12/12 : LABEL a=b"), Some(12));
         assert_eq!(parse_step(" ---> Running in abc"), None);
         assert_eq!(parse_step("Step by step"), None);
+        assert_eq!(step_image(" ---> 0123456789ab"), Some("0123456789ab"));
+        assert_eq!(step_image(" ---> Running in 0123456789ab"), None);
+        assert_eq!(step_image(" ---> Using cache"), None);
+        let mut o = BuildOutput::default();
+        o.push(
+            "Step 1/3 : FROM x\n ---> aaaaaaaaaaaa\nStep 2/3 : ADD a b\n ---> Using cache\n",
+            "t",
+        );
+        o.push(
+            " ---> bbbbbbbbbbbb\nStep 3/3 : RUN x\n ---> Running in cccccccccccc\n",
+            "t",
+        );
+        assert_eq!(o.images, [(1, "a".repeat(12)), (2, "b".repeat(12))]);
     }
 
     #[test]
@@ -416,9 +685,18 @@ mod tests {
             "ERROR: No matching distribution found for pytest",
         ];
         assert_eq!(blame(Some(&Origin::Packages), &net, err), Blame::Infra);
-        assert_eq!(blame(Some(&Origin::Install), &["error: invalid syntax"], err), Blame::Recipe);
-        assert_eq!(blame(Some(&Origin::PreInstall(0)), &["x"], err), Blame::Recipe);
-        assert_eq!(blame(Some(&Origin::Harness("venv")), &["x"], err), Blame::Infra);
+        assert_eq!(
+            blame(Some(&Origin::Install), &["error: invalid syntax"], err),
+            Blame::Recipe
+        );
+        assert_eq!(
+            blame(Some(&Origin::PreInstall(0)), &["x"], err),
+            Blame::Recipe
+        );
+        assert_eq!(
+            blame(Some(&Origin::Harness("venv")), &["x"], err),
+            Blame::Infra
+        );
         assert_eq!(blame(None, &[], "unexpected EOF"), Blame::Infra);
         let full = ["write /x: no space left on device"];
         assert_eq!(blame(Some(&Origin::Install), &full, err), Blame::Infra);

@@ -4,7 +4,9 @@ use super::super::{ExecOutput, ExecRequest, Limits, SandboxError, check_relative
 use super::{CONTAINER_LABEL, WORKDIR, engine_error};
 use bollard::Docker;
 use bollard::errors::Error as EngineError;
-use bollard::models::{ContainerCreateBody, ContainerWaitResponse, HostConfig, HostConfigLogConfig};
+use bollard::models::{
+    ContainerCreateBody, ContainerWaitResponse, HostConfig, HostConfigLogConfig,
+};
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptions, RemoveContainerOptionsBuilder,
 };
@@ -18,7 +20,8 @@ use tracing::{debug, warn};
 /// Where the input files are bind-mounted (read-only) before being copied into `/work`.
 const INPUT_DIR: &str = "/reprobench-in";
 /// Exit status of the wrapper when it could not set `/work` up (the command never ran).
-const SETUP_FAILED: i64 = 97;
+/// (Unusual on purpose: the command's own statuses are told apart by the start marker anyway.)
+const SETUP_FAILED: i64 = 223;
 /// Printed by the wrapper right before it execs the command: marks the command's start and is
 /// stripped from the output.
 const MARKER: &[u8] = b"\x1ereprobench: command starts\x1e\n";
@@ -27,7 +30,7 @@ const MARKER: &[u8] = b"\x1ereprobench: command starts\x1e\n";
 const WRAPPER: &str = r#"exec 2>&1
 if ! { cp -a /testbed/. /work/ && cp -a /reprobench-in/. /work/ && cd /work; }; then
   echo "reprobench: copying the repository and the input files into /work failed"
-  exit 97
+  exit 223
 fi
 printf '\036reprobench: command starts\036\n'
 exec "$@"
@@ -43,7 +46,12 @@ pub(super) struct LimitWarnings(Mutex<HashSet<String>>);
 
 impl LimitWarnings {
     fn warn(&self, message: &str) {
-        if self.0.lock().expect("warnings poisoned").insert(message.to_string()) {
+        if self
+            .0
+            .lock()
+            .expect("warnings poisoned")
+            .insert(message.to_string())
+        {
             warn!(engine = %message, "the Docker engine does not enforce a limit; executions go on without it");
         }
     }
@@ -57,12 +65,18 @@ pub(super) async fn exec(
     warnings: &LimitWarnings,
 ) -> Result<ExecOutput, SandboxError> {
     if req.command.is_empty() {
-        return Err(SandboxError::BadInput("the execution has an empty command: give argv".into()));
+        return Err(SandboxError::BadInput(
+            "the execution has an empty command: give argv".into(),
+        ));
     }
     for f in &req.files {
         check_relative_path(&f.path)?;
     }
-    if let Some((k, _)) = req.env.iter().find(|(k, _)| k.is_empty() || k.contains('=')) {
+    if let Some((k, _)) = req
+        .env
+        .iter()
+        .find(|(k, _)| k.is_empty() || k.contains('='))
+    {
         return Err(SandboxError::BadInput(format!(
             "environment variable name `{k}` is not valid: names are non-empty and have no `=`"
         )));
@@ -72,7 +86,12 @@ pub(super) async fn exec(
         .await
         .map_err(|e| SandboxError::Infra(format!("writing input files panicked: {e}")))??;
 
-    let mut argv: Vec<String> = vec!["/bin/sh".into(), "-c".into(), WRAPPER.into(), "reprobench-exec".into()];
+    let mut argv: Vec<String> = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        WRAPPER.into(),
+        "reprobench-exec".into(),
+    ];
     argv.extend(req.command.iter().cloned());
     let mut env: Vec<String> = Vec::new();
     // The root filesystem is read-only: tools that write under $HOME get the tmpfs instead.
@@ -100,14 +119,22 @@ pub(super) async fn exec(
 }
 
 /// Python major.minor of an image, by running `python3` in it.
-pub(super) async fn python_version(docker: &Docker, image: &str) -> Result<String, SandboxError> {
+pub(super) async fn python_version(
+    docker: &Docker,
+    image: &str,
+    warnings: &LimitWarnings,
+) -> Result<String, SandboxError> {
     let limits = Limits {
         disk_mb: 16,
         timeout: Duration::from_secs(120),
         max_output_bytes: 64 << 10,
         ..Limits::default()
     };
-    let argv = ["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"];
+    let argv = [
+        "python3",
+        "-c",
+        "import sys; print('%d.%d' % sys.version_info[:2])",
+    ];
     let spec = Spec {
         image,
         argv: argv.iter().map(|s| s.to_string()).collect(),
@@ -116,9 +143,10 @@ pub(super) async fn python_version(docker: &Docker, image: &str) -> Result<Strin
         input_dir: None,
         marker: false,
     };
-    let out = run(docker, spec, &LimitWarnings::default()).await?.output;
+    let out = run(docker, spec, warnings).await?.output;
     let version = out.output.trim();
-    let looks_right = version.split('.').count() == 2 && version.split('.').all(|p| p.parse::<u32>().is_ok());
+    let looks_right =
+        version.split('.').count() == 2 && version.split('.').all(|p| p.parse::<u32>().is_ok());
     if out.exit_code != Some(0) || !looks_right {
         return Err(SandboxError::Infra(format!(
             "base image {image} cannot tell its Python version (`python3` exited with {:?}): {}; \
@@ -151,7 +179,11 @@ struct Ran {
 }
 
 /// Creates, runs, and removes one container.
-async fn run(docker: &Docker, spec: Spec<'_>, warnings: &LimitWarnings) -> Result<Ran, SandboxError> {
+async fn run(
+    docker: &Docker,
+    spec: Spec<'_>,
+    warnings: &LimitWarnings,
+) -> Result<Ran, SandboxError> {
     let begun = Instant::now();
     let id = create(docker, &spec, warnings).await?;
     let mut container = Container {
@@ -192,7 +224,10 @@ enum Limit {
 /// Which limit an engine error says is unsupported, if that is what it says.
 fn unsupported_limit(message: &str) -> Option<Limit> {
     let m = message.to_lowercase();
-    if !(m.contains("does not support") || m.contains("not supported") || m.contains("cgroup is not mounted")) {
+    if !(m.contains("does not support")
+        || m.contains("not supported")
+        || m.contains("cgroup is not mounted"))
+    {
         return None;
     }
     if m.contains("pids") {
@@ -209,11 +244,22 @@ fn unsupported_limit(message: &str) -> Option<Limit> {
 fn container_body(spec: &Spec<'_>, dropped: &HashSet<Limit>) -> ContainerCreateBody {
     let l = spec.limits;
     let positive = |v: i64| (v > 0).then_some(v);
-    let memory = positive((l.memory_mb as i64).saturating_mul(1 << 20)).filter(|_| !dropped.contains(&Limit::Memory));
-    let size = if l.disk_mb > 0 { format!(",size={}m", l.disk_mb) } else { String::new() };
+    let memory = positive((l.memory_mb as i64).saturating_mul(1 << 20))
+        .filter(|_| !dropped.contains(&Limit::Memory));
+    let size = if l.disk_mb > 0 {
+        format!(",size={}m", l.disk_mb)
+    } else {
+        String::new()
+    };
     let tmpfs = HashMap::from([
-        ("/work".to_string(), format!("rw,exec,nosuid,nodev,mode=1777{size}")),
-        ("/tmp".to_string(), format!("rw,exec,nosuid,nodev,mode=1777{size}")),
+        (
+            "/work".to_string(),
+            format!("rw,exec,nosuid,nodev,mode=1777{size}"),
+        ),
+        (
+            "/tmp".to_string(),
+            format!("rw,exec,nosuid,nodev,mode=1777{size}"),
+        ),
     ]);
     let host_config = HostConfig {
         network_mode: Some("none".into()),
@@ -224,7 +270,9 @@ fn container_body(spec: &Spec<'_>, dropped: &HashSet<Limit>) -> ContainerCreateB
         pids_limit: positive(l.pids as i64).filter(|_| !dropped.contains(&Limit::Pids)),
         readonly_rootfs: Some(true),
         tmpfs: Some(tmpfs),
-        binds: spec.input_dir.map(|d| vec![format!("{}:{INPUT_DIR}:ro", d.display())]),
+        binds: spec
+            .input_dir
+            .map(|d| vec![format!("{}:{INPUT_DIR}:ro", d.display())]),
         // The output is collected through attach; a log driver would copy it to the host disk.
         log_config: Some(HostConfigLogConfig {
             typ: Some("none".into()),
@@ -253,11 +301,18 @@ fn container_body(spec: &Spec<'_>, dropped: &HashSet<Limit>) -> ContainerCreateB
 }
 
 /// Creates the container, dropping limits the engine refuses as unsupported (with a warning).
-async fn create(docker: &Docker, spec: &Spec<'_>, warnings: &LimitWarnings) -> Result<String, SandboxError> {
+async fn create(
+    docker: &Docker,
+    spec: &Spec<'_>,
+    warnings: &LimitWarnings,
+) -> Result<String, SandboxError> {
     let mut dropped = HashSet::new();
     loop {
         match docker
-            .create_container(None::<CreateContainerOptions>, container_body(spec, &dropped))
+            .create_container(
+                None::<CreateContainerOptions>,
+                container_body(spec, &dropped),
+            )
             .await
         {
             Ok(r) => {
@@ -266,7 +321,10 @@ async fn create(docker: &Docker, spec: &Spec<'_>, warnings: &LimitWarnings) -> R
                 }
                 return Ok(r.id);
             }
-            Err(EngineError::DockerResponseServerError { status_code, message }) => {
+            Err(EngineError::DockerResponseServerError {
+                status_code,
+                message,
+            }) => {
                 if let Some(limit) = unsupported_limit(&message).filter(|l| !dropped.contains(l)) {
                     warnings.warn(&message);
                     dropped.insert(limit);
@@ -298,9 +356,14 @@ struct Container {
 impl Container {
     async fn remove(&mut self) -> Result<(), EngineError> {
         self.removed = true;
-        let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
         match self.docker.remove_container(&self.id, Some(options)).await {
-            Err(EngineError::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
+            Err(EngineError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(()),
             r => r,
         }
     }
@@ -317,7 +380,10 @@ impl Drop for Container {
         };
         let (docker, id) = (self.docker.clone(), self.id.clone());
         rt.spawn(async move {
-            let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+            let options = RemoveContainerOptionsBuilder::new()
+                .force(true)
+                .v(true)
+                .build();
             if let Err(e) = docker.remove_container(&id, Some(options)).await {
                 warn!(container = %id, error = %e, "cannot remove execution container");
             }
@@ -334,19 +400,29 @@ struct Driven {
 
 /// Attaches, starts, waits with the timeout (killing the container when it passes), collects.
 async fn drive(docker: &Docker, id: &str, spec: &Spec<'_>) -> Result<Driven, SandboxError> {
-    let options = AttachContainerOptionsBuilder::new().stream(true).stdout(true).stderr(true).build();
+    let options = AttachContainerOptionsBuilder::new()
+        .stream(true)
+        .stdout(true)
+        .stderr(true)
+        .build();
     // Attached before start, so no output is missed.
     let attached = docker
         .attach_container(id, Some(options))
         .await
         .map_err(|e| engine_error("attaching to the execution container", e))?;
-    let collector = Arc::new(Mutex::new(Collector::new(spec.limits.max_output_bytes, spec.marker)));
+    let collector = Arc::new(Mutex::new(Collector::new(
+        spec.limits.max_output_bytes,
+        spec.marker,
+    )));
     let mut reader = tokio::spawn({
         let collector = collector.clone();
         let mut stream = attached.output;
         async move {
             while let Some(Ok(chunk)) = stream.next().await {
-                collector.lock().expect("collector poisoned").push(chunk.as_ref(), Instant::now());
+                collector
+                    .lock()
+                    .expect("collector poisoned")
+                    .push(chunk.as_ref(), Instant::now());
             }
         }
     });
@@ -373,15 +449,18 @@ async fn drive(docker: &Docker, id: &str, spec: &Spec<'_>) -> Result<Driven, San
             match killed {
                 Ok(()) => (None, true, ended),
                 // It exited on its own just as the timeout passed: that is a normal exit.
-                Err(EngineError::DockerResponseServerError { status_code: 409, .. }) => {
-                    (Some(exit_status(status)?), false, ended)
-                }
+                Err(EngineError::DockerResponseServerError {
+                    status_code: 409, ..
+                }) => (Some(exit_status(status)?), false, ended),
                 Err(e) => return Err(engine_error("killing the timed-out execution container", e)),
             }
         }
     };
     // The attach stream ends once the container has stopped; do not wait forever for it.
-    if tokio::time::timeout(OUTPUT_GRACE, &mut reader).await.is_err() {
+    if tokio::time::timeout(OUTPUT_GRACE, &mut reader)
+        .await
+        .is_err()
+    {
         warn!(container = %id, "output did not end after the container stopped; keeping what came");
     }
     let mut output = std::mem::replace(
@@ -421,14 +500,17 @@ impl Drop for AbortOnDrop {
     }
 }
 
-fn exit_status(item: Option<Result<ContainerWaitResponse, EngineError>>) -> Result<i64, SandboxError> {
+fn exit_status(
+    item: Option<Result<ContainerWaitResponse, EngineError>>,
+) -> Result<i64, SandboxError> {
     match item {
         Some(Ok(r)) => Ok(r.status_code),
         // bollard reports non-zero exits as errors.
         Some(Err(EngineError::DockerContainerWaitError { code, .. })) => Ok(code),
         Some(Err(e)) => Err(engine_error("waiting for the execution container", e)),
         None => Err(SandboxError::Infra(
-            "the Docker engine ended the wait for the execution container without an exit status".into(),
+            "the Docker engine ended the wait for the execution container without an exit status"
+                .into(),
         )),
     }
 }
@@ -461,7 +543,11 @@ impl Collector {
             max,
             buf: Vec::new(),
             truncated: false,
-            marker: if marker { Marker::Waiting(Vec::new()) } else { Marker::Off },
+            marker: if marker {
+                Marker::Waiting(Vec::new())
+            } else {
+                Marker::Off
+            },
         }
     }
 
@@ -485,7 +571,9 @@ impl Collector {
 
     /// The output ended: a partial marker was output after all.
     fn finish(&mut self) {
-        if let Marker::Waiting(head) = std::mem::replace(&mut self.marker, Marker::Absent) {
+        if let Marker::Waiting(head) = &mut self.marker {
+            let head = std::mem::take(head);
+            self.marker = Marker::Absent;
             self.keep(&head);
         }
     }
@@ -502,8 +590,13 @@ impl Collector {
 /// Writes the input files into a fresh host directory (bound read-only into the container).
 fn write_inputs(files: &[super::super::InputFile]) -> Result<tempfile::TempDir, SandboxError> {
     use std::os::unix::fs::PermissionsExt;
-    let io = |e: std::io::Error| SandboxError::Infra(format!("cannot write input files to the temp dir: {e}"));
-    let dir = tempfile::Builder::new().prefix("reprobench-in-").tempdir().map_err(io)?;
+    let io = |e: std::io::Error| {
+        SandboxError::Infra(format!("cannot write input files to the temp dir: {e}"))
+    };
+    let dir = tempfile::Builder::new()
+        .prefix("reprobench-in-")
+        .tempdir()
+        .map_err(io)?;
     // Readable by the container's root even when the engine remaps users.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).map_err(io)?;
     for f in files {
@@ -512,7 +605,8 @@ fn write_inputs(files: &[super::super::InputFile]) -> Result<tempfile::TempDir, 
             std::fs::create_dir_all(parent).map_err(io)?;
         }
         std::fs::write(&path, &f.contents).map_err(io)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode & 0o7777)).map_err(io)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode & 0o7777))
+            .map_err(io)?;
     }
     Ok(dir)
 }
@@ -520,6 +614,17 @@ fn write_inputs(files: &[super::super::InputFile]) -> Result<tempfile::TempDir, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wrapper_prints_the_marker_and_its_setup_status() {
+        let printf = WRAPPER.lines().find(|l| l.starts_with("printf")).unwrap();
+        let out = std::process::Command::new("sh")
+            .args(["-c", printf])
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout, MARKER);
+        assert!(WRAPPER.contains(&format!("exit {SETUP_FAILED}\n")));
+    }
 
     #[test]
     fn marker_is_stripped_even_when_split() {
@@ -565,9 +670,18 @@ mod tests {
     #[test]
     fn unsupported_limits_are_recognised() {
         let cases = [
-            ("Your kernel does not support pids limit capabilities or the cgroup is not mounted.", Some(Limit::Pids)),
-            ("Your kernel does not support swap limit capabilities", Some(Limit::Memory)),
-            ("NanoCPUs can not be set, as your kernel does not support CPU CFS scheduler or the cgroup is not mounted", Some(Limit::Cpu)),
+            (
+                "Your kernel does not support pids limit capabilities or the cgroup is not mounted.",
+                Some(Limit::Pids),
+            ),
+            (
+                "Your kernel does not support swap limit capabilities",
+                Some(Limit::Memory),
+            ),
+            (
+                "NanoCPUs can not be set, as your kernel does not support CPU CFS scheduler or the cgroup is not mounted",
+                Some(Limit::Cpu),
+            ),
             ("No such image: x", None),
             ("invalid mount config", None),
         ];
@@ -600,9 +714,14 @@ mod tests {
         assert_eq!(hc.memory_swap, hc.memory);
         assert_eq!(hc.pids_limit, Some(64));
         assert_eq!(hc.readonly_rootfs, Some(true));
-        assert_eq!(hc.tmpfs.unwrap()["/work"], "rw,exec,nosuid,nodev,mode=1777,size=100m");
+        assert_eq!(
+            hc.tmpfs.unwrap()["/work"],
+            "rw,exec,nosuid,nodev,mode=1777,size=100m"
+        );
         assert_eq!(hc.binds.unwrap(), ["/tmp/in:/reprobench-in:ro"]);
-        let hc = container_body(&spec, &HashSet::from([Limit::Pids, Limit::Cpu])).host_config.unwrap();
+        let hc = container_body(&spec, &HashSet::from([Limit::Pids, Limit::Cpu]))
+            .host_config
+            .unwrap();
         assert_eq!((hc.pids_limit, hc.nano_cpus), (None, None));
     }
 }
