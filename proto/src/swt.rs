@@ -252,11 +252,42 @@ fn push_row<T: for<'de> Deserialize<'de>>(
     }
 }
 
-/// Reads rows from a `.json` or `.jsonl` file.
+/// Reads rows from a `.json`, `.jsonl` or `.parquet` file.
 pub fn load_rows<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Parsed<T>, String> {
+    if path.extension().is_some_and(|e| e == "parquet") {
+        return load_parquet_rows(path);
+    }
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(parse_rows(&path.display().to_string(), &text))
+}
+
+/// Reads rows from a Parquet file (as the Hugging Face hub serves datasets), one JSON object per row.
+fn load_parquet_rows<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Parsed<T>, String> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let reader = SerializedFileReader::new(file)
+        .map_err(|e| format!("{} is not a readable Parquet file: {e}", path.display()))?;
+    let rows = reader
+        .get_row_iter(None)
+        .map_err(|e| format!("{}: cannot read rows: {e}", path.display()))?;
+    let mut out = Parsed {
+        rows: Vec::new(),
+        errors: Vec::new(),
+    };
+    for (i, row) in rows.enumerate() {
+        let location = format!("{}[{i}]", path.display());
+        match row {
+            Ok(row) => push_row(&mut out, location, row.to_json_value()),
+            Err(e) => out.errors.push(RowError {
+                location,
+                instance_id: None,
+                message: format!("unreadable Parquet row: {e}"),
+            }),
+        }
+    }
+    Ok(out)
 }
 
 /// The environment spec of an instance: its inline `env`, else the map's entry for (repo, version).
@@ -328,6 +359,57 @@ mod tests {
         other.packages.push("numpy".into());
         assert_ne!(spec.env_key(), other.env_key());
         assert_eq!(mirror_name("django/django"), "django__django.git");
+    }
+
+    #[test]
+    fn reads_parquet_rows() {
+        use parquet::data_type::{ByteArray, ByteArrayType};
+        use parquet::file::properties::WriterProperties;
+        use parquet::file::writer::SerializedFileWriter;
+        use parquet::schema::parser::parse_message_type;
+        use std::sync::Arc;
+        let columns = [
+            ("instance_id", ["o__r-1", "o__r-2"]),
+            ("repo", ["o/r", "o/r"]),
+            ("base_commit", ["abc", "abc"]),
+            ("patch", ["p", "p"]),
+            ("test_patch", ["t", "t"]),
+            ("problem_statement", ["s", "s"]),
+            ("version", ["0.1", "0.1"]),
+            ("FAIL_TO_PASS", ["[\"tests/a.py::t1\"]", "[]"]),
+        ];
+        let schema = format!(
+            "message swt {{ {} }}",
+            columns
+                .iter()
+                .map(|(n, _)| format!("REQUIRED BYTE_ARRAY {n} (UTF8);"))
+                .collect::<String>()
+        );
+        let dir = std::env::temp_dir().join(format!("reprobench-parquet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rows.parquet");
+        let file = std::fs::File::create(&path).unwrap();
+        let schema = Arc::new(parse_message_type(&schema).unwrap());
+        let mut writer =
+            SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::builder().build()))
+                .unwrap();
+        let mut group = writer.next_row_group().unwrap();
+        for (_, values) in &columns {
+            let mut col = group.next_column().unwrap().unwrap();
+            let data: Vec<ByteArray> = values.iter().map(|v| ByteArray::from(*v)).collect();
+            col.typed::<ByteArrayType>()
+                .write_batch(&data, None, None)
+                .unwrap();
+            col.close().unwrap();
+        }
+        group.close().unwrap();
+        writer.close().unwrap();
+        let p: Parsed<SwtInstance> = load_rows(&path).unwrap();
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        assert_eq!(p.rows.len(), 2);
+        assert_eq!(p.rows[0].fail_to_pass, vec!["tests/a.py::t1"]);
+        assert_eq!(p.rows[1].instance_id, "o__r-2");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
