@@ -542,6 +542,13 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
                 out.write_all(b"\n")?;
             }
         }
+        ResultsFormat::Parquet => {
+            if a.out.is_none() {
+                bail!("--format parquet writes a binary file: pass --out FILE.parquet");
+            }
+            reprobench_analysis::frame::write_parquet(&rows, &mut out)
+                .map_err(anyhow::Error::msg)?;
+        }
         ResultsFormat::Csv => {
             let mut w = csv::Writer::from_writer(&mut out);
             for r in &rows {

@@ -54,6 +54,8 @@ enum Command {
     Datasets(DatasetsArgs),
     /// Build the images the docker executor needs, without any registry.
     Images(ImagesArgs),
+    /// Paper tables from results files (main, ablation, repo, backbone, overlap, localization, cost).
+    Tables(TablesArgs),
     /// Benchmarks (figures, not pass/fail).
     Bench(BenchArgs),
 }
@@ -151,6 +153,25 @@ impl SwtNodeArgs {
             self.image_budget_gb.to_string(),
         ]
     }
+}
+
+#[derive(Args)]
+struct TablesArgs {
+    /// Results files in the results schema (JSONL or Parquet), e.g. from `reprobench results RUN`.
+    #[arg(long = "results", value_name = "FILE", num_args = 1..)]
+    results: Vec<PathBuf>,
+    /// Table kind: main, ablation, repo, backbone, overlap, localization, cost.
+    #[arg(long, default_value = "main")]
+    kind: String,
+    /// Output: term, md, latex (booktabs), csv, json.
+    #[arg(long, default_value = "term")]
+    format: String,
+    /// A paper's aggregated figures to set beside yours (CSV with Method and columns such as overall_sr_pct).
+    #[arg(long, value_name = "CSV")]
+    published: Option<PathBuf>,
+    /// Row whose relative improvement over every other row is printed, (ref − other) / other.
+    #[arg(long, value_name = "NAME")]
+    reference: Option<String>,
 }
 
 #[derive(Args)]
@@ -354,6 +375,7 @@ struct CancelArgs {
 enum ResultsFormat {
     Jsonl,
     Csv,
+    Parquet,
 }
 
 #[derive(Args)]
@@ -436,6 +458,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
         Command::Eval(a) => return eval::eval(a).await,
         Command::Datasets(a) => return datasets_command(a).await,
         Command::Images(a) => images_command(a).await?,
+        Command::Tables(a) => tables_command(a)?,
         Command::Bench(a) => match a.which {
             BenchWhich::Scheduler(b) => bench::scheduler(b).await?,
             BenchWhich::Eval(b) => bench::eval(b).await?,
@@ -534,6 +557,48 @@ async fn images_command(a: ImagesArgs) -> Result<()> {
             let tag = reprobench_agent_node::sandbox::docker::bootstrap_base_image(&opts).await?;
             println!("{tag}");
         }
+    }
+    Ok(())
+}
+
+fn tables_command(a: TablesArgs) -> Result<()> {
+    use reprobench_analysis::{frame, table, tables};
+    let format: table::Format = a.format.parse().map_err(anyhow::Error::msg)?;
+    let published = match &a.published {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read {}", p.display()))?;
+            tables::parse_published(&text).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?
+        }
+        None => vec![],
+    };
+    let only_published = a.results.is_empty();
+    if only_published && published.is_empty() {
+        anyhow::bail!("nothing to tabulate: pass --results FILE... (and/or --published CSV)");
+    }
+    let df = if only_published {
+        frame::to_frame(&[])?
+    } else {
+        frame::load(&a.results).map_err(anyhow::Error::msg)?
+    };
+    let opts = tables::TableOptions {
+        reference: a.reference,
+        published,
+    };
+    let built = tables::build(&a.kind, &df, &opts).map_err(anyhow::Error::msg)?;
+    if format == table::Format::Json && built.len() > 1 {
+        let all: Vec<serde_json::Value> = built
+            .iter()
+            .map(|t| serde_json::json!({ "title": t.title, "rows": table::json(t) }))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&all)?);
+        return Ok(());
+    }
+    for (i, t) in built.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        print!("{}", table::render(t, format));
     }
     Ok(())
 }

@@ -1,6 +1,17 @@
 //! Analysis over the results schema. For now: the summary table `run` and `quickstart` print.
 //! (Paper tables, plots and regression statistics build on this crate later.)
 
+#[cfg(feature = "frame")]
+pub mod frame;
+pub mod html;
+pub mod import;
+pub mod plots;
+pub mod regression;
+pub mod stats;
+pub mod table;
+#[cfg(feature = "frame")]
+pub mod tables;
+
 use reprobench_proto::v1::ResultRow;
 use std::collections::BTreeMap;
 

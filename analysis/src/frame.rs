@@ -1,0 +1,223 @@
+//! Results in polars: the results schema as a `DataFrame`, read from JSONL or Parquet files and
+//! written to Parquet. Analysis reads only this schema, so results from any source can be tabulated.
+
+use polars::prelude::*;
+use reprobench_proto::v1::ResultRow;
+use std::path::Path;
+
+/// Columns of the results schema (DESIGN.md), in order.
+pub const COLUMNS: &[&str] = &[
+    "run_id",
+    "sweep",
+    "track",
+    "dataset",
+    "instance_id",
+    "repo_or_app",
+    "bug_type",
+    "agent",
+    "variant",
+    "backbone",
+    "repeat",
+    "success",
+    "verdict",
+    "error_class",
+    "attempts",
+    "llm_calls",
+    "tokens_in",
+    "tokens_out",
+    "tokens_cached",
+    "cost_usd",
+    "wall_s",
+    "actions",
+    "trace_len",
+    "ground_truth_actions",
+    "feedback_iterations",
+    "localized_files_correct",
+    "started_at",
+    "finished_at",
+    "node_id",
+    "artifact_path",
+];
+
+/// Result rows as a DataFrame with the schema's column names and types.
+pub fn to_frame(rows: &[ResultRow]) -> PolarsResult<DataFrame> {
+    fn text(name: &str, rows: &[ResultRow], f: impl Fn(&ResultRow) -> &str) -> Column {
+        Column::new(name.into(), rows.iter().map(f).collect::<Vec<&str>>())
+    }
+    fn opt_text(name: &str, rows: &[ResultRow], f: impl Fn(&ResultRow) -> Option<&str>) -> Column {
+        Column::new(
+            name.into(),
+            rows.iter().map(f).collect::<Vec<Option<&str>>>(),
+        )
+    }
+    fn u64s(name: &str, rows: &[ResultRow], f: impl Fn(&ResultRow) -> u64) -> Column {
+        Column::new(name.into(), rows.iter().map(f).collect::<Vec<u64>>())
+    }
+    fn opt_u32(name: &str, rows: &[ResultRow], f: impl Fn(&ResultRow) -> Option<u32>) -> Column {
+        Column::new(
+            name.into(),
+            rows.iter().map(f).collect::<Vec<Option<u32>>>(),
+        )
+    }
+    fn f64s(name: &str, rows: &[ResultRow], f: impl Fn(&ResultRow) -> f64) -> Column {
+        Column::new(name.into(), rows.iter().map(f).collect::<Vec<f64>>())
+    }
+    let columns = vec![
+        text("run_id", rows, |r| &r.run_id),
+        text("sweep", rows, |r| &r.sweep),
+        text("track", rows, |r| &r.track),
+        text("dataset", rows, |r| &r.dataset),
+        text("instance_id", rows, |r| &r.instance_id),
+        text("repo_or_app", rows, |r| &r.repo_or_app),
+        opt_text("bug_type", rows, |r| r.bug_type.as_deref()),
+        text("agent", rows, |r| &r.agent),
+        text("variant", rows, |r| &r.variant),
+        text("backbone", rows, |r| &r.backbone),
+        Column::new(
+            "repeat".into(),
+            rows.iter().map(|r| r.repeat).collect::<Vec<u32>>(),
+        ),
+        Column::new(
+            "success".into(),
+            rows.iter().map(|r| r.success).collect::<Vec<bool>>(),
+        ),
+        text("verdict", rows, |r| &r.verdict),
+        opt_text("error_class", rows, |r| r.error_class.as_deref()),
+        Column::new(
+            "attempts".into(),
+            rows.iter().map(|r| r.attempts).collect::<Vec<u32>>(),
+        ),
+        u64s("llm_calls", rows, |r| r.llm_calls),
+        u64s("tokens_in", rows, |r| r.tokens_in),
+        u64s("tokens_out", rows, |r| r.tokens_out),
+        u64s("tokens_cached", rows, |r| r.tokens_cached),
+        f64s("cost_usd", rows, |r| r.cost_usd),
+        f64s("wall_s", rows, |r| r.wall_s),
+        opt_u32("actions", rows, |r| r.actions),
+        opt_u32("trace_len", rows, |r| r.trace_len),
+        opt_u32("ground_truth_actions", rows, |r| r.ground_truth_actions),
+        opt_u32("feedback_iterations", rows, |r| r.feedback_iterations),
+        Column::new(
+            "localized_files_correct".into(),
+            rows.iter()
+                .map(|r| r.localized_files_correct)
+                .collect::<Vec<Option<bool>>>(),
+        ),
+        text("started_at", rows, |r| &r.started_at),
+        text("finished_at", rows, |r| &r.finished_at),
+        text("node_id", rows, |r| &r.node_id),
+        text("artifact_path", rows, |r| &r.artifact_path),
+    ];
+    DataFrame::new(rows.len(), columns)
+}
+
+/// Reads results files (JSONL, JSON array, or Parquet) into one DataFrame. Bad JSON lines are
+/// reported in the error with their location; a file missing a schema column is refused by name.
+pub fn load(paths: &[impl AsRef<Path>]) -> Result<DataFrame, String> {
+    let mut frames: Vec<DataFrame> = Vec::new();
+    for p in paths {
+        let p = p.as_ref();
+        let df = if p.extension().is_some_and(|e| e == "parquet") {
+            let file =
+                std::fs::File::open(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            let df = ParquetReader::new(file)
+                .finish()
+                .map_err(|e| format!("{}: not a readable Parquet file: {e}", p.display()))?;
+            for c in COLUMNS {
+                if df.column(c).is_err() {
+                    return Err(format!(
+                        "{}: column `{c}` of the results schema is missing; export results with `reprobench results RUN --format parquet`",
+                        p.display()
+                    ));
+                }
+            }
+            df.select(COLUMNS.iter().copied())
+                .map_err(|e| e.to_string())?
+        } else {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            let rows = parse_jsonl(&p.display().to_string(), &text)?;
+            to_frame(&rows).map_err(|e| e.to_string())?
+        };
+        frames.push(df);
+    }
+    let mut iter = frames.into_iter();
+    let mut all = iter
+        .next()
+        .ok_or("no results file given; pass --results FILE")?;
+    for df in iter {
+        all.vstack_mut(&df)
+            .map_err(|e| format!("results files disagree on column types: {e}"))?;
+    }
+    Ok(all)
+}
+
+/// Parses result rows from JSONL (or a JSON array); every bad line is an error naming it.
+pub fn parse_jsonl(name: &str, text: &str) -> Result<Vec<ResultRow>, String> {
+    if text.trim_start().starts_with('[') {
+        return serde_json::from_str(text)
+            .map_err(|e| format!("{name}: not a JSON array of result rows: {e}"));
+    }
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        rows.push(serde_json::from_str(line).map_err(|e| {
+            format!(
+                "{name}:{}: not a result row ({e}); fix or delete this line",
+                i + 1
+            )
+        })?);
+    }
+    Ok(rows)
+}
+
+/// Writes result rows as Parquet.
+pub fn write_parquet(rows: &[ResultRow], out: impl std::io::Write) -> Result<(), String> {
+    let mut df = to_frame(rows).map_err(|e| e.to_string())?;
+    ParquetWriter::new(out)
+        .finish(&mut df)
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonl_and_parquet_round_trip_through_the_schema() {
+        let rows: Vec<ResultRow> = (0..3)
+            .map(|i| ResultRow {
+                instance_id: format!("i{i}"),
+                agent: "a".into(),
+                success: i % 2 == 0,
+                actions: (i > 0).then_some(i),
+                bug_type: Some("crash".into()),
+                ..Default::default()
+            })
+            .collect();
+        let df = to_frame(&rows).unwrap();
+        assert_eq!(df.height(), 3);
+        assert_eq!(df.get_column_names().len(), COLUMNS.len());
+        let dir = std::env::temp_dir().join(format!("reprobench-frame-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pq = dir.join("r.parquet");
+        write_parquet(&rows, std::fs::File::create(&pq).unwrap()).unwrap();
+        let jl = dir.join("r.jsonl");
+        std::fs::write(
+            &jl,
+            rows.iter()
+                .map(|r| serde_json::to_string(r).unwrap() + "\n")
+                .collect::<String>(),
+        )
+        .unwrap();
+        let both = load(&[pq, jl.clone()]).unwrap();
+        assert_eq!(both.height(), 6);
+        std::fs::write(&jl, "{\"agent\": 3}\n").unwrap();
+        let err = load(&[jl]).unwrap_err();
+        assert!(err.contains("r.jsonl:1"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

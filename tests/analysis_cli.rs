@@ -1,0 +1,152 @@
+//! `reprobench tables` on real published figures and on results exported by a real run.
+
+mod common;
+
+use common::bin;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+fn shared() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data")
+}
+
+fn tables(args: &[&str]) -> Value {
+    let out = Command::new(bin())
+        .arg("tables")
+        .args(args)
+        .args(["--format", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tables failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn ltgdroid_table_iv_improvements_are_reproduced_from_the_published_figures() {
+    let csv = shared().join("papers/ltgdroid-table4-results.csv");
+    if !csv.exists() {
+        eprintln!("skipped: ../shared is absent");
+        return;
+    }
+    let rows = tables(&[
+        "--kind",
+        "main",
+        "--published",
+        csv.to_str().unwrap(),
+        "--reference",
+        "LTGDroid",
+    ]);
+    let improvement = |method: &str| -> f64 {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["method"] == method)
+            .unwrap()["relative_improvement_pct"]
+            .as_f64()
+            .unwrap()
+    };
+    // The paper prints 49.16%, 34.85% and 556.30% (it rounded its inputs).
+    assert!(
+        (improvement("ReBL") - 49.16).abs() <= 0.05,
+        "{}",
+        improvement("ReBL")
+    );
+    assert!(
+        (improvement("ReBL-visual") - 34.85).abs() <= 0.05,
+        "{}",
+        improvement("ReBL-visual")
+    );
+    assert!(
+        (improvement("AdbGPT") - 556.30).abs() <= 0.3,
+        "{}",
+        improvement("AdbGPT")
+    );
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["source"] == "published")
+    );
+}
+
+#[test]
+fn results_exported_as_parquet_and_jsonl_give_the_same_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = dir.path().join("s.toml");
+    std::fs::write(&sweep, "name='t'\ndatasets=['synthetic:40:1']\nrepeats=2\n[[agents]]\nname='synthetic'\nvariants=['full','no-x']\n").unwrap();
+    let data = dir.path().join("data");
+    let out = Command::new(bin())
+        .args([
+            "run",
+            sweep.to_str().unwrap(),
+            "--local-nodes",
+            "1",
+            "--json",
+            "--data",
+            data.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run_id = run["run_id"].as_str().unwrap();
+    let export = |format: &str, file: &str| {
+        let path = dir.path().join(file);
+        let st = Command::new(bin())
+            .args([
+                "results",
+                run_id,
+                "--data",
+                data.to_str().unwrap(),
+                "--format",
+                format,
+                "--out",
+                path.to_str().unwrap(),
+            ])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        path
+    };
+    let (pq, jl) = (export("parquet", "r.parquet"), export("jsonl", "r.jsonl"));
+    let a = tables(&["--results", pq.to_str().unwrap(), "--kind", "main"]);
+    let b = tables(&["--results", jl.to_str().unwrap(), "--kind", "main"]);
+    assert_eq!(a, b);
+    assert_eq!(a.as_array().unwrap().len(), 2, "full and no-x");
+    let ablation = tables(&["--results", pq.to_str().unwrap(), "--kind", "ablation"]);
+    assert_eq!(ablation[0]["variant"], "synthetic");
+    let succeeded = run["succeeded"].as_f64().unwrap();
+    let mean_sr: f64 = a
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["success_rate_pct"].as_f64().unwrap())
+        .sum::<f64>()
+        / 2.0;
+    assert!(
+        (mean_sr - 100.0 * succeeded / 160.0).abs() < 1e-6,
+        "{mean_sr} vs {succeeded}/160"
+    );
+    for format in ["term", "md", "latex", "csv"] {
+        let out = Command::new(bin())
+            .args([
+                "tables",
+                "--results",
+                pq.to_str().unwrap(),
+                "--format",
+                format,
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success() && !out.stdout.is_empty(), "{format}");
+    }
+}
