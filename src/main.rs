@@ -56,6 +56,12 @@ enum Command {
     Images(ImagesArgs),
     /// Paper tables from results files (main, ablation, repo, backbone, overlap, localization, cost).
     Tables(TablesArgs),
+    /// Regression gate: per-instance flips, exact McNemar test, bootstrap CI; exit 1 on a significant drop.
+    Compare(CompareArgs),
+    /// One self-contained HTML report: tables, plots and a per-instance drill-down.
+    Report(ReportArgs),
+    /// Convert published per-instance results into the results schema.
+    Import(ImportArgs),
     /// Benchmarks (figures, not pass/fail).
     Bench(BenchArgs),
 }
@@ -172,6 +178,53 @@ struct TablesArgs {
     /// Row whose relative improvement over every other row is printed, (ref − other) / other.
     #[arg(long, value_name = "NAME")]
     reference: Option<String>,
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// Results of the new run (JSONL or Parquet).
+    #[arg(long, value_name = "FILE")]
+    results: PathBuf,
+    /// Results of the baseline run.
+    #[arg(long, value_name = "FILE")]
+    baseline: PathBuf,
+    /// Largest tolerated drop in success rate, in percentage points.
+    #[arg(long, value_name = "PP", default_value_t = 0.0)]
+    max_drop: f64,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// Results files (JSONL or Parquet).
+    #[arg(long = "results", value_name = "FILE", num_args = 1.., required = true)]
+    results: Vec<PathBuf>,
+    /// The HTML file to write.
+    #[arg(long, value_name = "FILE", default_value = "report.html")]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct ImportArgs {
+    #[command(subcommand)]
+    what: ImportWhat,
+}
+
+#[derive(Subcommand)]
+enum ImportWhat {
+    /// A SWE-bench or SWT-bench report JSON (resolved_ids/unresolved_ids..., or category → ids).
+    SwebenchReport {
+        /// The report file.
+        file: PathBuf,
+        /// Agent name for the rows.
+        #[arg(long)]
+        agent: String,
+        /// Dataset name for the rows.
+        #[arg(long, default_value = "swt-lite")]
+        dataset: String,
+        /// Output (JSONL; `.parquet` writes Parquet).
+        #[arg(long, value_name = "FILE")]
+        out: PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -459,6 +512,9 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
         Command::Datasets(a) => return datasets_command(a).await,
         Command::Images(a) => images_command(a).await?,
         Command::Tables(a) => tables_command(a)?,
+        Command::Compare(a) => return compare_command(a),
+        Command::Report(a) => report_command(a)?,
+        Command::Import(a) => import_command(a)?,
         Command::Bench(a) => match a.which {
             BenchWhich::Scheduler(b) => bench::scheduler(b).await?,
             BenchWhich::Eval(b) => bench::eval(b).await?,
@@ -600,5 +656,132 @@ fn tables_command(a: TablesArgs) -> Result<()> {
         }
         print!("{}", table::render(t, format));
     }
+    Ok(())
+}
+
+fn compare_command(a: CompareArgs) -> Result<std::process::ExitCode> {
+    use reprobench_analysis::{frame, regression};
+    let new = frame::load_rows(&[&a.results]).map_err(anyhow::Error::msg)?;
+    let old = frame::load_rows(&[&a.baseline]).map_err(anyhow::Error::msg)?;
+    let c = regression::compare(&new, &old, a.max_drop);
+    print!("{}", regression::render_comparison(&c));
+    if c.paired == 0 {
+        anyhow::bail!("no task is in both files: compare results of the same sweep");
+    }
+    Ok(if c.regressed {
+        std::process::ExitCode::from(1)
+    } else {
+        std::process::ExitCode::SUCCESS
+    })
+}
+
+fn report_command(a: ReportArgs) -> Result<()> {
+    use reprobench_analysis::{frame, html, plots, table, tables};
+    let rows = frame::load_rows(&a.results).map_err(anyhow::Error::msg)?;
+    let df = frame::to_frame(&rows)?;
+    let opts = tables::TableOptions::default();
+    let mut built = Vec::new();
+    let mut figures = Vec::new();
+    for kind in [
+        "main",
+        "ablation",
+        "overlap",
+        "repo",
+        "cost",
+        "localization",
+    ] {
+        // Kinds that do not apply to these results (no variants, no localization) are left out.
+        if let Ok(ts) = tables::build(kind, &df, &opts) {
+            if kind == "ablation" {
+                let bars: Vec<(String, f64)> = table::json(&ts[0])
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|r| {
+                        (
+                            r["variant"].as_str().unwrap_or("").to_string(),
+                            r["success_rate_pct"].as_f64().unwrap_or(f64::NAN),
+                        )
+                    })
+                    .collect();
+                figures.push((
+                    "Ablation: success rate per variant".to_string(),
+                    plots::ablation_bars("Ablation", &bars),
+                ));
+            }
+            built.extend(ts);
+        }
+    }
+    if let Ok((sets, _)) = tables::solved_sets(&df) {
+        let sets: Vec<(String, std::collections::BTreeSet<String>)> = sets.into_iter().collect();
+        figures.push((
+            "Overlap of solved instances".to_string(),
+            plots::upset("Solved instances", &sets),
+        ));
+    }
+    if let (Ok(main), Ok(cost)) = (
+        tables::build("main", &df, &opts),
+        tables::build("cost", &df, &opts),
+    ) {
+        let (m, c) = (table::json(&main[0]), table::json(&cost[0]));
+        let points: Vec<(String, f64, f64)> = m
+            .as_array()
+            .into_iter()
+            .flatten()
+            .zip(c.as_array().into_iter().flatten())
+            .map(|(m, c)| {
+                (
+                    m["method"].as_str().unwrap_or("").to_string(),
+                    c["cost_per_task_usd"].as_f64().unwrap_or(f64::NAN),
+                    m["success_rate_pct"].as_f64().unwrap_or(f64::NAN),
+                )
+            })
+            .collect();
+        figures.push((
+            "Success rate against cost per task".to_string(),
+            plots::success_vs_cost("Success vs. cost", &points),
+        ));
+    }
+    let page = html::render_report(&html::ReportInput {
+        title: "reprobench report".into(),
+        tables: built,
+        plots: figures,
+        rows,
+    });
+    std::fs::write(&a.out, page).with_context(|| format!("cannot write {}", a.out.display()))?;
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}
+
+fn import_command(a: ImportArgs) -> Result<()> {
+    let ImportWhat::SwebenchReport {
+        file,
+        agent,
+        dataset,
+        out,
+    } = a.what;
+    let text = std::fs::read_to_string(&file)
+        .with_context(|| format!("cannot read {}", file.display()))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
+    let rows = reprobench_analysis::import::import_swebench_report(&json, &agent, &dataset)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let f =
+        std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    if out.extension().is_some_and(|e| e == "parquet") {
+        reprobench_analysis::frame::write_parquet(&rows, f).map_err(anyhow::Error::msg)?;
+    } else {
+        let mut w = std::io::BufWriter::new(f);
+        for r in &rows {
+            serde_json::to_writer(&mut w, r)?;
+            std::io::Write::write_all(&mut w, b"\n")?;
+        }
+    }
+    let resolved = rows.iter().filter(|r| r.success).count();
+    eprintln!(
+        "imported {} rows ({resolved} resolved) into {}",
+        rows.len(),
+        out.display()
+    );
     Ok(())
 }

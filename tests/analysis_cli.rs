@@ -150,3 +150,61 @@ fn results_exported_as_parquet_and_jsonl_give_the_same_tables() {
         assert!(out.status.success() && !out.stdout.is_empty(), "{format}");
     }
 }
+
+#[test]
+fn compare_exits_1_on_a_significant_drop_and_report_writes_one_html_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, ok: &dyn Fn(usize) -> bool| {
+        let text: String = (0..60)
+            .map(|i| {
+                serde_json::json!({"dataset": "d", "instance_id": format!("i{i}"), "agent": "a", "variant": "full",
+                                   "backbone": "b", "repeat": 0, "success": ok(i), "cost_usd": 0.1})
+                .to_string()
+                    + "\n"
+            })
+            .collect();
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let old = write("old.jsonl", &|_| true);
+    let new_bad = write("bad.jsonl", &|i| i % 3 != 0); // 20 of 60 lost
+    let new_same = write("same.jsonl", &|_| true);
+    let code = |new: &Path| {
+        Command::new(bin())
+            .args([
+                "compare",
+                "--results",
+                new.to_str().unwrap(),
+                "--baseline",
+                old.to_str().unwrap(),
+                "--max-drop",
+                "5",
+            ])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(code(&new_bad), Some(1));
+    assert_eq!(code(&new_same), Some(0));
+    let html = dir.path().join("r.html");
+    let st = Command::new(bin())
+        .args([
+            "report",
+            "--results",
+            old.to_str().unwrap(),
+            new_bad.to_str().unwrap(),
+            "--out",
+            html.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<svg") && page.contains("i59"));
+    assert!(
+        !page.contains("<script src") && !page.contains("<link "),
+        "self-contained"
+    );
+}

@@ -173,6 +173,139 @@ pub fn parse_jsonl(name: &str, text: &str) -> Result<Vec<ResultRow>, String> {
     Ok(rows)
 }
 
+/// Reads result rows from files (JSONL, JSON array, or Parquet) into the schema's rows.
+pub fn load_rows(paths: &[impl AsRef<Path>]) -> Result<Vec<ResultRow>, String> {
+    let mut rows = Vec::new();
+    for p in paths {
+        let p = p.as_ref();
+        if p.extension().is_some_and(|e| e == "parquet") {
+            rows.extend(to_rows(&load(&[p])?).map_err(|e| e.to_string())?);
+        } else {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            rows.extend(parse_jsonl(&p.display().to_string(), &text)?);
+        }
+    }
+    Ok(rows)
+}
+
+/// A DataFrame in the results schema back to rows.
+pub fn to_rows(df: &DataFrame) -> PolarsResult<Vec<ResultRow>> {
+    let s = |n: &str| -> PolarsResult<Vec<String>> {
+        Ok(df
+            .column(n)?
+            .str()?
+            .iter()
+            .map(|v| v.unwrap_or("").to_string())
+            .collect())
+    };
+    let os = |n: &str| -> PolarsResult<Vec<Option<String>>> {
+        Ok(df
+            .column(n)?
+            .str()?
+            .iter()
+            .map(|v| v.map(str::to_string))
+            .collect())
+    };
+    let u = |n: &str| -> PolarsResult<Vec<Option<u64>>> {
+        Ok(df
+            .column(n)?
+            .cast(&DataType::UInt64)?
+            .u64()?
+            .iter()
+            .collect())
+    };
+    let f = |n: &str| -> PolarsResult<Vec<f64>> {
+        Ok(df
+            .column(n)?
+            .cast(&DataType::Float64)?
+            .f64()?
+            .iter()
+            .map(|v| v.unwrap_or(0.0))
+            .collect())
+    };
+    let b =
+        |n: &str| -> PolarsResult<Vec<Option<bool>>> { Ok(df.column(n)?.bool()?.iter().collect()) };
+    let (run_id, sweep, track, dataset, instance_id, repo) = (
+        s("run_id")?,
+        s("sweep")?,
+        s("track")?,
+        s("dataset")?,
+        s("instance_id")?,
+        s("repo_or_app")?,
+    );
+    let (bug_type, agent, variant, backbone, verdict, error_class) = (
+        os("bug_type")?,
+        s("agent")?,
+        s("variant")?,
+        s("backbone")?,
+        s("verdict")?,
+        os("error_class")?,
+    );
+    let (repeat, attempts, llm_calls, t_in, t_out, t_cached) = (
+        u("repeat")?,
+        u("attempts")?,
+        u("llm_calls")?,
+        u("tokens_in")?,
+        u("tokens_out")?,
+        u("tokens_cached")?,
+    );
+    let (actions, trace_len, gta, fi) = (
+        u("actions")?,
+        u("trace_len")?,
+        u("ground_truth_actions")?,
+        u("feedback_iterations")?,
+    );
+    let (cost, wall, success, loc) = (
+        f("cost_usd")?,
+        f("wall_s")?,
+        b("success")?,
+        b("localized_files_correct")?,
+    );
+    let (started, finished, node, artifact) = (
+        s("started_at")?,
+        s("finished_at")?,
+        s("node_id")?,
+        s("artifact_path")?,
+    );
+    let n32 = |v: Option<u64>| v.map(|x| x as u32);
+    Ok((0..df.height())
+        .map(|i| ResultRow {
+            run_id: run_id[i].clone(),
+            sweep: sweep[i].clone(),
+            track: track[i].clone(),
+            dataset: dataset[i].clone(),
+            instance_id: instance_id[i].clone(),
+            repo_or_app: repo[i].clone(),
+            bug_type: bug_type[i].clone(),
+            agent: agent[i].clone(),
+            variant: variant[i].clone(),
+            backbone: backbone[i].clone(),
+            repeat: n32(repeat[i]).unwrap_or(0),
+            success: success[i].unwrap_or(false),
+            verdict: verdict[i].clone(),
+            error_class: error_class[i].clone(),
+            attempts: n32(attempts[i]).unwrap_or(0),
+            llm_calls: llm_calls[i].unwrap_or(0),
+            tokens_in: t_in[i].unwrap_or(0),
+            tokens_out: t_out[i].unwrap_or(0),
+            tokens_cached: t_cached[i].unwrap_or(0),
+            cost_usd: cost[i],
+            wall_s: wall[i],
+            actions: n32(actions[i]),
+            trace_len: n32(trace_len[i]),
+            ground_truth_actions: n32(gta[i]),
+            feedback_iterations: n32(fi[i]),
+            localized_files_correct: loc[i],
+            started_at: started[i].clone(),
+            finished_at: finished[i].clone(),
+            node_id: node[i].clone(),
+            artifact_path: artifact[i].clone(),
+            details_json: String::new(),
+        })
+        .collect())
+}
+
 /// Writes result rows as Parquet.
 pub fn write_parquet(rows: &[ResultRow], out: impl std::io::Write) -> Result<(), String> {
     let mut df = to_frame(rows).map_err(|e| e.to_string())?;

@@ -449,7 +449,7 @@ pub fn ablation(df: &DataFrame) -> Result<Vec<Table>, String> {
 }
 
 /// Instances solved per approach: an instance counts as solved when any repeat succeeded.
-fn solved_sets(df: &DataFrame) -> Result<(SolvedSets, BTreeSet<String>), String> {
+pub fn solved_sets(df: &DataFrame) -> Result<(SolvedSets, BTreeSet<String>), String> {
     let many = many_backbones(df)?;
     let solved = df
         .clone()
