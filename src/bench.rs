@@ -398,3 +398,85 @@ pub async fn eval(a: EvalBenchArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// Options of the tables benchmark.
+#[derive(Args)]
+pub struct TablesBenchArgs {
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Result rows to generate.
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: usize,
+}
+
+/// `reprobench bench tables`: builds the main and overlap tables over generated result rows.
+pub fn tables(a: TablesBenchArgs) -> Result<()> {
+    use reprobench_analysis::{frame, tables};
+    use reprobench_proto::synthetic::SplitMix64;
+    // 5 agents × 2 variants × 2 backbones × 5 repeats over as many instances as it takes.
+    let mut rng = SplitMix64::new(7);
+    let cells = 5 * 2 * 2 * 5;
+    let instances = a.rows.div_ceil(cells);
+    let t0 = Instant::now();
+    let mut rows = Vec::with_capacity(a.rows);
+    'outer: for agent in 0..5 {
+        for variant in ["full", "no-x"] {
+            for backbone in ["m1", "m2"] {
+                for repeat in 0..5u32 {
+                    for i in 0..instances {
+                        if rows.len() == a.rows {
+                            break 'outer;
+                        }
+                        let success = rng.next_f64() < 0.3 + 0.1 * agent as f64;
+                        rows.push(reprobench_proto::v1::ResultRow {
+                            run_id: "bench".into(),
+                            dataset: format!("d{}", i % 3),
+                            instance_id: format!("inst-{i}"),
+                            repo_or_app: format!("repo-{}", i % 50),
+                            bug_type: Some(if i % 2 == 0 { "crash" } else { "non-crash" }.into()),
+                            agent: format!("agent-{agent}"),
+                            variant: variant.into(),
+                            backbone: backbone.into(),
+                            repeat,
+                            success,
+                            actions: Some((rng.next_u64() % 40) as u32),
+                            tokens_in: rng.next_u64() % 100_000,
+                            tokens_out: rng.next_u64() % 10_000,
+                            cost_usd: rng.next_f64(),
+                            wall_s: rng.next_f64() * 600.0,
+                            ..Default::default()
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let generate_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let df = frame::to_frame(&rows)?;
+    let frame_s = t1.elapsed().as_secs_f64();
+    let opts = tables::TableOptions::default();
+    let t2 = Instant::now();
+    let main = tables::build("main", &df, &opts).map_err(anyhow::Error::msg)?;
+    let main_s = t2.elapsed().as_secs_f64();
+    let t3 = Instant::now();
+    let overlap = tables::build("overlap", &df, &opts).map_err(anyhow::Error::msg)?;
+    let overlap_s = t3.elapsed().as_secs_f64();
+    let v = serde_json::json!({
+        "rows": rows.len(),
+        "main_rows": main[0].rows.len(),
+        "overlap_rows": overlap[0].rows.len(),
+        "generate_s": generate_s,
+        "to_frame_s": frame_s,
+        "main_s": main_s,
+        "overlap_s": overlap_s,
+        "main_plus_overlap_s": main_s + overlap_s,
+    });
+    if a.json {
+        println!("{v}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    Ok(())
+}

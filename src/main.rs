@@ -458,6 +458,8 @@ enum BenchWhich {
     /// SWT evaluation: harness overhead per execution against the test command's own time, and
     /// gold validation of swt-mini on 1 and on 2 local nodes.
     Eval(bench::EvalBenchArgs),
+    /// Tables: the main and overlap tables over many synthetic result rows (polars).
+    Tables(bench::TablesBenchArgs),
 }
 
 fn init_tracing(default: &str) {
@@ -518,6 +520,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
         Command::Bench(a) => match a.which {
             BenchWhich::Scheduler(b) => bench::scheduler(b).await?,
             BenchWhich::Eval(b) => bench::eval(b).await?,
+            BenchWhich::Tables(b) => bench::tables(b)?,
         },
     }
     Ok(std::process::ExitCode::SUCCESS)
