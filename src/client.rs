@@ -555,7 +555,7 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
                 w.serialize(r)?;
             }
             if rows.is_empty() {
-                w.write_record(RESULT_COLUMNS)?;
+                w.write_record(reprobench_analysis::frame::COLUMNS)?;
             }
             w.flush()?;
         }
@@ -567,43 +567,9 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
     Ok(())
 }
 
-/// The results schema's columns, in order (DESIGN.md).
-pub const RESULT_COLUMNS: &[&str] = &[
-    "run_id",
-    "sweep",
-    "track",
-    "dataset",
-    "instance_id",
-    "repo_or_app",
-    "bug_type",
-    "agent",
-    "variant",
-    "backbone",
-    "repeat",
-    "success",
-    "verdict",
-    "error_class",
-    "attempts",
-    "llm_calls",
-    "tokens_in",
-    "tokens_out",
-    "tokens_cached",
-    "cost_usd",
-    "wall_s",
-    "actions",
-    "trace_len",
-    "ground_truth_actions",
-    "feedback_iterations",
-    "localized_files_correct",
-    "started_at",
-    "finished_at",
-    "node_id",
-    "artifact_path",
-];
-
 #[cfg(test)]
 mod tests {
-    use super::RESULT_COLUMNS;
+    use reprobench_analysis::frame::COLUMNS as RESULT_COLUMNS;
 
     #[test]
     fn csv_header_is_the_results_schema_in_order() {
