@@ -106,6 +106,18 @@ fn f64s(df: &DataFrame, name: &str) -> Result<Vec<Option<f64>>, String> {
         .collect())
 }
 
+/// A boolean column, nulls read as false.
+fn bools(df: &DataFrame, name: &str) -> Result<Vec<bool>, String> {
+    Ok(df
+        .column(name)
+        .map_err(err)?
+        .bool()
+        .map_err(err)?
+        .iter()
+        .map(|x| x.unwrap_or(false))
+        .collect())
+}
+
 /// The label of an approach: `agent`, `agent/variant`, plus ` (backbone)` when several backbones appear.
 fn label(agent: &str, variant: &str, backbone: &str, many_backbones: bool) -> String {
     let mut s = if variant == "full" || variant.is_empty() {
@@ -471,14 +483,7 @@ pub fn solved_sets(df: &DataFrame) -> Result<(SolvedSets, BTreeSet<String>), Str
         strs(&solved, "dataset")?,
         strs(&solved, "instance_id")?,
     );
-    let flags: Vec<bool> = solved
-        .column("solved")
-        .map_err(err)?
-        .bool()
-        .map_err(err)?
-        .iter()
-        .map(|x| x.unwrap_or(false))
-        .collect();
+    let flags = bools(&solved, "solved")?;
     let mut sets: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut all = BTreeSet::new();
     for k in 0..solved.height() {
@@ -659,14 +664,7 @@ pub fn localization(df: &DataFrame) -> Result<Table, String> {
         strs(&known, "variant")?,
         strs(&known, "backbone")?,
     );
-    let flag: Vec<bool> = known
-        .column("localized_files_correct")
-        .map_err(err)?
-        .bool()
-        .map_err(err)?
-        .iter()
-        .map(|x| x.unwrap_or(false))
-        .collect();
+    let flag = bools(&known, "localized_files_correct")?;
     let (tasks, sr) = (f64s(&known, "tasks")?, f64s(&known, "sr")?);
     let mut by: BTreeMap<String, [(f64, f64); 2]> = BTreeMap::new();
     for i in 0..known.height() {
