@@ -19,8 +19,14 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// uid/gid of `nobody`, used for executions when the node runs as root.
-const NOBODY: u32 = 65534;
+/// Executions run as root get an unprivileged uid of their own (not a system user), so the
+/// process limit is per execution: a fork bomb in one execution cannot starve its neighbours,
+/// which it would if they all shared `nobody`. Node processes offset by pid to rarely collide.
+fn execution_uid() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 256;
+    200_000 + (std::process::id() % 200) * 256 + n
+}
 
 /// The process sandbox.
 pub struct ProcessSandbox {
@@ -392,10 +398,11 @@ fn exec_blocking(
         std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(f.mode))
             .map_err(|e| infra("writing input files", e))?;
     }
+    let uid = execution_uid();
     if as_nobody {
         // The copy must be writable by the unprivileged user the execution runs as.
         let status = std::process::Command::new("chown")
-            .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+            .args(["-R", &format!("{uid}:{uid}")])
             .arg(work.path())
             .status();
         if !status.is_ok_and(|s| s.success()) {
@@ -445,8 +452,8 @@ fn exec_blocking(
                 // An empty network namespace: no route anywhere (best effort).
                 libc::unshare(libc::CLONE_NEWNET);
                 if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(NOBODY) != 0
-                    || libc::setuid(NOBODY) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
                 {
                     return Err(std::io::Error::last_os_error());
                 }
