@@ -2,7 +2,9 @@
 //! executors up to its slots, heartbeats, and delivers results. It never depends on the
 //! coordinator crate: the two meet only through `reprobench-proto`.
 
+pub mod agents;
 pub mod executor;
+pub mod gateway;
 pub mod runtime;
 pub mod sandbox;
 pub mod swt;

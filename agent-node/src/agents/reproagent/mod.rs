@@ -1,0 +1,1 @@
+//! The ReProAgent approach: localization, root-cause analysis, test planning, generation and review.

@@ -1,0 +1,1 @@
+//! The LLM gateway: an OpenAI-compatible metering proxy between agents and backbones.
