@@ -76,6 +76,10 @@ pub async fn live_nodes(address: &CoordinatorAddress) -> Result<u32> {
 pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let sweep = std::fs::read_to_string(&a.sweep)
         .with_context(|| format!("cannot read the sweep spec {}", a.sweep.display()))?;
+    // `{sweep_dir}` (in an external agent's command, say) stands for the spec's own directory.
+    let spec_dir = std::path::absolute(a.sweep.parent().unwrap_or(Path::new(".")))
+        .unwrap_or_else(|_| PathBuf::from("."));
+    let sweep = sweep.replace("{sweep_dir}", &spec_dir.display().to_string());
     // Check the spec here too, so a typo is reported before any cluster starts.
     let spec = reprobench_proto::sweep::SweepSpec::from_toml(&sweep)
         .with_context(|| format!("in {}", a.sweep.display()))?;
@@ -89,6 +93,13 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
         reuse_finished: false,
     };
     let done = if let Some(n) = a.local_nodes {
+        // Local nodes read this machine's mirrors: build them from shipped sources if missing.
+        for name in &spec.datasets {
+            if reprobench_proto::synthetic::SyntheticDataset::parse(name).is_none() {
+                let ds = crate::datasets::load(name, &a.datasets_dir(), sweep_dir, None)?;
+                crate::datasets::ensure_mirrors(&ds, &a.node.settings().repos)?;
+            }
+        }
         let nodes = LocalNodes {
             count: n,
             slots: a.node_slots.clone(),

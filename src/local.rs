@@ -158,12 +158,36 @@ impl Drop for LocalCluster {
 
 /// `reprobench quickstart`: swt-mini evaluated with the `gold` and `issue-snippet` agents on a
 /// local cluster (docker when the engine and base image are there, else the process executor).
+/// The backbone quickstart uses, from `REPROBENCH_BASE_URL`, `REPROBENCH_MODEL` and
+/// `REPROBENCH_API_KEY` (or `OPENAI_API_KEY`); `None` when no endpoint is configured.
+pub fn backbone_from_env() -> Option<reprobench_proto::sweep::BackboneSpec> {
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    let key_env = ["REPROBENCH_API_KEY", "OPENAI_API_KEY"]
+        .into_iter()
+        .find(|k| var(k).is_some());
+    let base_url = var("REPROBENCH_BASE_URL").or_else(|| {
+        key_env
+            .filter(|k| *k == "OPENAI_API_KEY")
+            .map(|_| "https://api.openai.com/v1".to_string())
+    })?;
+    let model = var("REPROBENCH_MODEL").unwrap_or_else(|| "gpt-4.1-mini".into());
+    Some(reprobench_proto::sweep::BackboneSpec {
+        name: model.clone(),
+        base_url,
+        model,
+        api_key_env: key_env.map(str::to_string),
+        price: Default::default(),
+        params: Default::default(),
+    })
+}
+
 pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
     let node = crate::SwtNodeArgs::defaults();
     let datasets_dir = reprobench_proto::swt::default_datasets_dir();
     let ds = crate::datasets::load("swt-mini", &datasets_dir, Path::new("."), None)?;
     crate::datasets::ensure_mirrors(&ds, &node.settings().repos)?;
     let executor = crate::eval::auto_executor(&node, json).await;
+    let backbone = backbone_from_env();
     if !json {
         eprintln!(
             "quickstart: swt-mini ({} instances in 4 small Python projects) evaluated SWT-bench style with two agents that need no LLM:\n\
@@ -172,6 +196,19 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
             ds.instances.len(),
             data.display()
         );
+        match &backbone {
+            Some(b) => eprintln!(
+                "A backbone is configured ({} at {}): `reproagent` and `zero-shot-plus` run too, through each node's metering gateway.\n",
+                b.model, b.base_url
+            ),
+            None => eprintln!(
+                "To also run the LLM agents `reproagent` and `zero-shot-plus`, set REPROBENCH_BASE_URL, REPROBENCH_MODEL and REPROBENCH_API_KEY (or OPENAI_API_KEY) for any OpenAI-compatible endpoint.\n"
+            ),
+        }
+    }
+    let mut agents = vec!["gold", "issue-snippet"];
+    if backbone.is_some() {
+        agents.extend(["reproagent", "zero-shot-plus"]);
     }
     let spec = reprobench_proto::sweep::SweepSpec {
         name: "quickstart".into(),
@@ -179,14 +216,17 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
         repeats: 1,
         seed: 0,
         max_attempts: 3,
-        agents: ["gold", "issue-snippet"]
+        agents: agents
+            .into_iter()
             .map(|a| reprobench_proto::sweep::AgentSpec {
                 name: a.into(),
                 variants: vec!["full".into()],
                 predictions: None,
+                command: None,
+                image: None,
             })
-            .to_vec(),
-        backbones: vec![],
+            .collect(),
+        backbones: backbone.into_iter().collect(),
         budget: Default::default(),
         eval: reprobench_proto::sweep::EvalSettings {
             executor: executor.clone(),

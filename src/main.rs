@@ -5,6 +5,7 @@ mod bench;
 mod client;
 mod datasets;
 mod eval;
+mod gateway_cmd;
 mod local;
 
 use anyhow::{Context, Result};
@@ -62,6 +63,8 @@ enum Command {
     Report(ReportArgs),
     /// Convert published per-instance results into the results schema.
     Import(ImportArgs),
+    /// The metering LLM gateway on its own: an OpenAI-compatible proxy to one backbone.
+    Gateway(gateway_cmd::GatewayArgs),
     /// Benchmarks (figures, not pass/fail).
     Bench(BenchArgs),
 }
@@ -103,6 +106,10 @@ pub struct SwtNodeArgs {
     /// Disk the docker executor's environment and instance images may use (GiB); least recently used go first.
     #[arg(long, value_name = "GIB", default_value_t = 20)]
     image_budget_gb: u64,
+    /// Replay recorded LLM transcripts (a file or directory) instead of calling backbones: runs
+    /// are deterministic re-runs and are reported as replays.
+    #[arg(long, value_name = "PATH")]
+    replay: Option<PathBuf>,
 }
 
 impl SwtNodeArgs {
@@ -114,6 +121,7 @@ impl SwtNodeArgs {
             artifacts: None,
             base_image: reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE.into(),
             image_budget_gb: 20,
+            replay: None,
         }
     }
 
@@ -136,6 +144,7 @@ impl SwtNodeArgs {
             s.artifacts = a.clone();
         }
         s.docker.base_image = self.base_image.clone();
+        s.replay = self.replay.clone().map(Self::absolute);
         s.docker.disk_budget_bytes = self.image_budget_gb << 30;
         s.repos = Self::absolute(s.repos);
         s.cache_dir = Self::absolute(s.cache_dir);
@@ -158,6 +167,13 @@ impl SwtNodeArgs {
             "--image-budget-gb".into(),
             self.image_budget_gb.to_string(),
         ]
+        .into_iter()
+        .chain(
+            s.replay
+                .iter()
+                .flat_map(|r| ["--replay".to_string(), r.display().to_string()]),
+        )
+        .collect()
     }
 }
 
@@ -460,6 +476,9 @@ enum BenchWhich {
     Eval(bench::EvalBenchArgs),
     /// Tables: the main and overlap tables over many synthetic result rows (polars).
     Tables(bench::TablesBenchArgs),
+    /// LLM gateway: added latency per call (p50, p99) and throughput at 64 concurrent calls,
+    /// against a scripted upstream.
+    Gateway(gateway_cmd::GatewayBenchArgs),
 }
 
 fn init_tracing(default: &str) {
@@ -521,7 +540,9 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
             BenchWhich::Scheduler(b) => bench::scheduler(b).await?,
             BenchWhich::Eval(b) => bench::eval(b).await?,
             BenchWhich::Tables(b) => bench::tables(b)?,
+            BenchWhich::Gateway(b) => gateway_cmd::bench(b).await?,
         },
+        Command::Gateway(a) => gateway_cmd::gateway(a).await?,
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -4,6 +4,7 @@
 //! lost, and drains on request.
 
 use crate::executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor};
+use crate::gateway::{Gateway, GatewayConfig};
 use crate::sandbox::docker::{DockerConfig, DockerSandbox};
 use crate::sandbox::process::ProcessSandbox;
 use crate::swt::evaluate::SwtExecutor;
@@ -52,6 +53,8 @@ pub struct SwtSettings {
     pub artifacts: PathBuf,
     /// Docker sandbox settings.
     pub docker: DockerConfig,
+    /// Replay recorded LLM transcripts (a file or directory) instead of calling backbones.
+    pub replay: Option<PathBuf>,
 }
 
 impl Default for SwtSettings {
@@ -62,6 +65,7 @@ impl Default for SwtSettings {
             cache_dir: docker.cache_dir.clone(),
             artifacts: docker.cache_dir.join("artifacts"),
             docker,
+            replay: None,
         }
     }
 }
@@ -82,29 +86,49 @@ async fn build_executors(
     cfg: &NodeConfig,
 ) -> Result<HashMap<String, Arc<dyn Executor>>, NodeError> {
     let mut executors: HashMap<String, Arc<dyn Executor>> = HashMap::new();
+    let mut gateway: Option<Gateway> = None;
     for spec in &cfg.slots {
+        if matches!(spec.kind.as_str(), "process" | "docker") && gateway.is_none() {
+            let config = GatewayConfig {
+                replay: cfg.swt.replay.clone(),
+                ..GatewayConfig::default()
+            };
+            let g = Gateway::start(([127, 0, 0, 1], 0).into(), config)
+                .await
+                .map_err(|e| NodeError::Config(format!("the node's LLM gateway: {e}")))?;
+            tracing::info!(url = %g.base_url(), replay = g.is_replay(), "LLM gateway listening");
+            gateway = Some(g);
+        }
         let s = &cfg.swt;
         let exec: Arc<dyn Executor> = match spec.kind.as_str() {
             "synthetic" => Arc::new(SyntheticExecutor),
             "process" => {
                 let sandbox = Arc::new(ProcessSandbox::new(process_cache_dir(&s.cache_dir)));
-                Arc::new(SwtExecutor::new(
+                let e = SwtExecutor::new(
                     sandbox,
                     s.repos.clone(),
                     s.cache_dir.clone(),
                     s.artifacts.clone(),
-                ))
+                );
+                Arc::new(match &gateway {
+                    Some(g) => e.with_gateway(g.clone()),
+                    None => e,
+                })
             }
             "docker" => {
                 let sandbox = DockerSandbox::connect(s.docker.clone())
                     .await
                     .map_err(|e| NodeError::Config(format!("--slots docker=N: {e}")))?;
-                Arc::new(SwtExecutor::new(
+                let e = SwtExecutor::new(
                     Arc::new(sandbox),
                     s.repos.clone(),
                     s.cache_dir.clone(),
                     s.artifacts.clone(),
-                ))
+                );
+                Arc::new(match &gateway {
+                    Some(g) => e.with_gateway(g.clone()),
+                    None => e,
+                })
             }
             other => {
                 return Err(NodeError::Config(format!(

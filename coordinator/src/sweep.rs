@@ -97,8 +97,28 @@ fn expand_swt(
     };
     for agent in &spec.agents {
         let predictions = swt_predictions(agent, attachments)?;
+        let runs_llm = predictions.is_none() && !matches!(agent.name.as_str(), "gold" | "issue-snippet");
+        if runs_llm && spec.backbones.is_empty() {
+            return Err(ExpandError(format!(
+                "agent `{}` calls an LLM: add a [[backbones]] entry (any OpenAI-compatible endpoint: name, base_url, model, api_key_env)",
+                agent.name
+            )));
+        }
+        if let Some(valid) = swt::llm_agent_variants(&agent.name)
+            && agent.command.is_none()
+            && agent.image.is_none()
+        {
+            if let Some(bad) = agent.variants.iter().find(|v| !valid.contains(&v.as_str())) {
+                return Err(ExpandError(format!(
+                    "agent `{}` has no variant `{bad}`; its variants are {}",
+                    agent.name,
+                    valid.join(", ")
+                )));
+            }
+        }
         for variant in &agent.variants {
             for backbone in backbones {
+                let backbone_spec = spec.backbones.iter().find(|b| &b.name == backbone);
                 for repeat in 0..spec.repeats {
                     for inst in &parsed.rows {
                         let env = inst.env.clone().ok_or_else(|| {
@@ -107,13 +127,33 @@ fn expand_swt(
                                 inst.instance_id
                             ))
                         })?;
-                        let swt_agent = match (&predictions, agent.name.as_str()) {
-                            (Some(p), _) => SwtAgent::Prediction {
+                        let swt_agent = match (&predictions, agent.name.as_str(), backbone_spec) {
+                            (Some(p), _, _) => SwtAgent::Prediction {
                                 model: agent.name.clone(),
                                 patch: p.get(&inst.instance_id).and_then(|p| p.model_patch.clone()),
                             },
-                            (None, "gold") => SwtAgent::Gold,
-                            (None, _) => SwtAgent::IssueSnippet,
+                            (None, "gold", _) => SwtAgent::Gold,
+                            (None, "issue-snippet", _) => SwtAgent::IssueSnippet,
+                            (None, _, Some(b)) if agent.command.is_some() || agent.image.is_some() => {
+                                SwtAgent::External {
+                                    name: agent.name.clone(),
+                                    command: agent.command.clone().unwrap_or_default(),
+                                    image: agent.image.clone(),
+                                    backbone: b.clone(),
+                                    budget: spec.budget.clone(),
+                                }
+                            }
+                            (None, _, Some(b)) => SwtAgent::Llm {
+                                name: agent.name.clone(),
+                                variant: variant.clone(),
+                                backbone: b.clone(),
+                                budget: spec.budget.clone(),
+                            },
+                            (None, other, None) => {
+                                return Err(ExpandError(format!(
+                                    "agent `{other}` has no backbone `{backbone}`"
+                                )));
+                            }
                         };
                         let payload = SwtPayload {
                             instance: inst.clone(),
@@ -167,11 +207,13 @@ fn swt_predictions(
             ))
         }
         (None, "gold" | "issue-snippet") => Ok(None),
+        (None, _) if agent.command.is_some() || agent.image.is_some() => Ok(None),
+        (None, name) if swt::llm_agent_variants(name).is_some() => Ok(None),
         (None, synthetic::AGENT) => Err(ExpandError(
             "agent `synthetic` runs synthetic datasets only".into(),
         )),
         (None, other) => Err(ExpandError(format!(
-            "agent `{other}` is not built in for the swt track; give it `predictions = \"FILE.jsonl\"` (SWT-bench predictions) or use `gold` / `issue-snippet`"
+            "agent `{other}` is not built in for the swt track; give it `predictions = \"FILE.jsonl\"` (SWT-bench predictions) or `command = [...]` (an external agent), or use one of gold, issue-snippet, reproagent, zero-shot-plus, libro"
         ))),
     }
 }

@@ -76,6 +76,13 @@ pub struct AgentSpec {
     /// SWT: a predictions file (JSONL, SWT-bench format) whose test patches this agent stands for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub predictions: Option<String>,
+    /// SWT: an external agent run as this command (argv) on the node; see README, "External agents".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// SWT: an external agent packaged as a local container image (run with `command` as its
+    /// arguments, if given).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// An OpenAI-compatible LLM endpoint with its model, prices and sampling parameters.
@@ -128,6 +135,12 @@ pub struct Budget {
     pub max_feedback_iterations: u32,
     /// Dollars per task.
     pub max_cost_usd: f64,
+    /// LLM calls per task, all stages together (none: only the per-stage limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_llm_calls: Option<u64>,
+    /// Tokens (input + output) per task (none: unlimited).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
 }
 
 impl Default for Budget {
@@ -138,6 +151,8 @@ impl Default for Budget {
             max_llm_calls_per_stage: 50,
             max_feedback_iterations: 20,
             max_cost_usd: 2.0,
+            max_llm_calls: None,
+            max_tokens: None,
         }
     }
 }
@@ -211,6 +226,18 @@ impl SweepSpec {
             if a.variants.is_empty() {
                 return bad(format!(
                     "agent `{}` lists no variants; omit `variants` for [\"full\"]",
+                    a.name
+                ));
+            }
+            if a.command.as_ref().is_some_and(|c| c.is_empty()) {
+                return bad(format!(
+                    "agent `{}`: `command` is empty; give the argv, e.g. command = [\"python3\", \"/path/agent.py\"]",
+                    a.name
+                ));
+            }
+            if a.predictions.is_some() && (a.command.is_some() || a.image.is_some()) {
+                return bad(format!(
+                    "agent `{}` has both `predictions` and `command`/`image`; an agent is either a predictions file or something to run",
                     a.name
                 ));
             }

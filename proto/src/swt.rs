@@ -1,6 +1,7 @@
 //! The SWT track's data: instances in the SWE-bench/SWT-bench schema, environment specs,
 //! predictions, and their loaders (JSON, JSONL). Pure apart from reading the given files.
 
+use crate::sweep::{BackboneSpec, Budget};
 use serde::{Deserialize, Deserializer, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -422,6 +423,30 @@ mod tests {
     }
 }
 
+/// The built-in LLM agents of the SWT track and the variants each accepts.
+pub const LLM_AGENTS: &[(&str, &[&str])] = &[
+    (
+        "reproagent",
+        &[
+            "full",
+            "no-localization",
+            "no-rca",
+            "no-planning",
+            "no-review",
+        ],
+    ),
+    ("zero-shot-plus", &["full"]),
+    ("libro", &["full"]),
+];
+
+/// The variants a built-in LLM agent accepts; `None` when `agent` is not one.
+pub fn llm_agent_variants(agent: &str) -> Option<&'static [&'static str]> {
+    LLM_AGENTS
+        .iter()
+        .find(|(name, _)| *name == agent)
+        .map(|(_, v)| *v)
+}
+
 /// Which test patch an SWT task evaluates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -430,6 +455,32 @@ pub enum SwtAgent {
     Gold,
     /// The `issue-snippet` baseline (built on the node from the issue text).
     IssueSnippet,
+    /// A built-in LLM agent (`reproagent`, `zero-shot-plus`, `libro`), run on the node through
+    /// its metering gateway.
+    Llm {
+        /// Agent name.
+        name: String,
+        /// Variant (ablation), e.g. `no-review`.
+        variant: String,
+        /// The backbone its calls go to.
+        backbone: BackboneSpec,
+        /// Per-task budget.
+        budget: Budget,
+    },
+    /// An external agent: a command or a local container image, given the instance as JSON and
+    /// the gateway as its OpenAI endpoint; it writes a test patch.
+    External {
+        /// Agent name.
+        name: String,
+        /// argv of the command (inside the image, when `image` is set).
+        command: Vec<String>,
+        /// Local container image, if the agent is packaged as one.
+        image: Option<String>,
+        /// The backbone its calls go to.
+        backbone: BackboneSpec,
+        /// Per-task budget.
+        budget: Budget,
+    },
     /// A given prediction.
     Prediction {
         /// `model_name_or_path`.

@@ -8,8 +8,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::future::Future;
 
+pub mod baselines;
+pub mod checkout;
+pub mod external;
+pub mod llm_client;
 pub mod reproagent;
+pub mod run;
 pub mod tools;
+pub mod workspace;
 
 /// One tool call requested by the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

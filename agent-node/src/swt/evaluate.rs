@@ -3,7 +3,9 @@
 //! the golden code patch) with the same test directives, gold and base cached per instance and
 //! directives — and grades it.
 
+use crate::agents::run::{self as agent_run, AgentProduct, AgentSetup};
 use crate::executor::{AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, bad_input};
+use crate::gateway::Gateway;
 use crate::sandbox::{EnvRecipe, ExecRequest, Limits, Prepared, Sandbox, SandboxError};
 use crate::swt::grading::{self, Transition};
 use crate::swt::logparse::{self, LogParser, TestStatuses};
@@ -23,6 +25,7 @@ pub struct SwtExecutor {
     repos: PathBuf,
     cache: PathBuf,
     artifacts: PathBuf,
+    gateway: Option<Gateway>,
 }
 
 impl SwtExecutor {
@@ -39,7 +42,14 @@ impl SwtExecutor {
             repos,
             cache,
             artifacts,
+            gateway: None,
         }
+    }
+
+    /// The same executor with LLM agents enabled through `gateway`.
+    pub fn with_gateway(mut self, gateway: Gateway) -> SwtExecutor {
+        self.gateway = Some(gateway);
+        self
     }
 }
 
@@ -248,11 +258,6 @@ impl SwtExecutor {
                 ),
             );
         };
-        let test_patch: Option<String> = match &payload.agent {
-            SwtAgent::Gold => Some(inst.test_patch.clone()),
-            SwtAgent::IssueSnippet => snippet::test_patch(&inst.problem_statement),
-            SwtAgent::Prediction { patch, .. } => patch.clone(),
-        };
         let artifact_dir = self
             .artifacts
             .join(&spec.run_id)
@@ -260,6 +265,105 @@ impl SwtExecutor {
             .join(format!("t{}-e{}", spec.attempt.task_id, spec.attempt.epoch));
         let log_dir = artifact_dir.join("logs");
         let _ = std::fs::create_dir_all(&log_dir);
+        let recipe = EnvRecipe {
+            repo: inst.repo.clone(),
+            mirror: self.repos.join(mirror_name(&inst.repo)),
+            base_commit: inst.base_commit.clone(),
+            python: payload.env.python.clone(),
+            packages: payload.env.packages.clone(),
+            pre_install: payload.env.pre_install.clone(),
+            install: payload.env.install.clone(),
+        };
+        let limits = Limits {
+            cpus: payload.limits.cpus,
+            memory_mb: payload.limits.memory_mb,
+            pids: payload.limits.pids,
+            disk_mb: payload.limits.disk_mb,
+            timeout: Duration::from_secs(payload.limits.timeout_s),
+            ..Limits::default()
+        };
+        let mut product: Option<AgentProduct> = None;
+        let test_patch: Option<String> = match &payload.agent {
+            SwtAgent::Gold => Some(inst.test_patch.clone()),
+            SwtAgent::IssueSnippet => snippet::test_patch(&inst.problem_statement),
+            SwtAgent::Prediction { patch, .. } => patch.clone(),
+            SwtAgent::Llm { .. } | SwtAgent::External { .. } => {
+                let Some(gateway) = &self.gateway else {
+                    return outcome_error(
+                        FailureClass::Infra,
+                        "no_gateway",
+                        "this node runs no LLM gateway, so it cannot run LLM agents".into(),
+                    );
+                };
+                let prepared = tokio::select! {
+                    p = self.sandbox.prepare(&recipe) => match p {
+                        Ok(p) => p,
+                        Err(e) => return sandbox_error(e),
+                    },
+                    _ = ctx.cancel.cancelled() => return AttemptEnd::Cancelled,
+                };
+                let setup = AgentSetup {
+                    gateway,
+                    sandbox: self.sandbox.clone(),
+                    prepared,
+                    instance: inst,
+                    env: &payload.env,
+                    mirror: &recipe.mirror,
+                    scratch: &self.cache.join("checkouts"),
+                    artifacts: &artifact_dir,
+                    task: format!(
+                        "{}-t{}-e{}",
+                        spec.run_id, spec.attempt.task_id, spec.attempt.epoch
+                    ),
+                    limits: limits.clone(),
+                };
+                let p = match &payload.agent {
+                    SwtAgent::Llm {
+                        name,
+                        variant,
+                        backbone,
+                        budget,
+                    } => {
+                        agent_run::run_builtin(setup, name, variant, backbone, budget, &ctx.cancel)
+                            .await
+                    }
+                    SwtAgent::External {
+                        command,
+                        image,
+                        backbone,
+                        budget,
+                        ..
+                    } => {
+                        agent_run::run_external(
+                            setup,
+                            command,
+                            image.as_deref(),
+                            backbone,
+                            budget,
+                            &ctx.cancel,
+                        )
+                        .await
+                    }
+                    _ => unreachable!("matched above"),
+                };
+                let Some(p) = p else {
+                    return AttemptEnd::Cancelled;
+                };
+                if let Some((class, error_class, message)) = &p.error
+                    && *class != FailureClass::None
+                {
+                    let mut end = outcome_error(*class, error_class, message.clone());
+                    if let AttemptEnd::Finished(o) = &mut end {
+                        charge(o, &p);
+                        o.artifact_path = artifact_dir.display().to_string();
+                    }
+                    return end;
+                }
+                let patch = p.test_patch.clone();
+                product = Some(p);
+                patch
+            }
+        };
         if let Some(p) = &test_patch {
             let _ = std::fs::write(artifact_dir.join("test.patch"), p);
         }
@@ -276,13 +380,22 @@ impl SwtExecutor {
                       success: bool,
                       verdict: &str,
                       error: Option<(FailureClass, &str, String)>| {
+            let mut report = report;
+            if let Some(p) = &product {
+                report["agent"] = p.summary.clone();
+            }
             let _ = std::fs::write(
                 artifact_dir.join("report.json"),
                 serde_json::to_vec_pretty(&report).unwrap_or_default(),
             );
-            let (class, error_class, message) =
-                error.unwrap_or((FailureClass::None, "", String::new()));
-            AttemptEnd::Finished(Outcome {
+            let agent_error = product
+                .as_ref()
+                .and_then(|p| p.error.as_ref())
+                .map(|(c, k, m)| (*c, k.as_str(), m.clone()));
+            let (class, error_class, message) = error
+                .or(agent_error)
+                .unwrap_or((FailureClass::None, "", String::new()));
+            let mut outcome = Outcome {
                 success,
                 verdict: verdict.into(),
                 failure_class: class as i32,
@@ -294,7 +407,11 @@ impl SwtExecutor {
                 artifact_path: artifact_dir.display().to_string(),
                 details_json: report.to_string(),
                 ..Default::default()
-            })
+            };
+            if let Some(p) = &product {
+                charge(&mut outcome, p);
+            }
+            AttemptEnd::Finished(outcome)
         };
         let files = match patch::validate(test_patch.as_deref()) {
             Ok(f) => f,
@@ -323,29 +440,12 @@ impl SwtExecutor {
             report["note"] = "the test patch touches no Python file: no test to run".into();
             return finish(report, false, "unresolved", None);
         }
-        let recipe = EnvRecipe {
-            repo: inst.repo.clone(),
-            mirror: self.repos.join(mirror_name(&inst.repo)),
-            base_commit: inst.base_commit.clone(),
-            python: payload.env.python.clone(),
-            packages: payload.env.packages.clone(),
-            pre_install: payload.env.pre_install.clone(),
-            install: payload.env.install.clone(),
-        };
         let prepared = tokio::select! {
             p = self.sandbox.prepare(&recipe) => match p {
                 Ok(p) => p,
                 Err(e) => return sandbox_error(e),
             },
             _ = ctx.cancel.cancelled() => return AttemptEnd::Cancelled,
-        };
-        let limits = Limits {
-            cpus: payload.limits.cpus,
-            memory_mb: payload.limits.memory_mb,
-            pids: payload.limits.pids,
-            disk_mb: payload.limits.disk_mb,
-            timeout: Duration::from_secs(payload.limits.timeout_s),
-            ..Limits::default()
         };
         let job = Job {
             payload: &payload,
@@ -445,6 +545,17 @@ impl SwtExecutor {
     }
 }
 
+/// Puts an agent's metered usage and its agent-side figures on the outcome.
+fn charge(o: &mut Outcome, p: &AgentProduct) {
+    o.llm_calls = p.usage.calls;
+    o.tokens_in = p.usage.tokens_in;
+    o.tokens_out = p.usage.tokens_out;
+    o.tokens_cached = p.usage.tokens_cached;
+    o.cost_usd = p.usage.cost_usd;
+    o.feedback_iterations = p.feedback_iterations;
+    o.localized_files_correct = p.localized_files_correct;
+}
+
 impl Executor for SwtExecutor {
     fn kind(&self) -> &'static str {
         self.sandbox.kind()
@@ -456,6 +567,7 @@ impl Executor for SwtExecutor {
             repos: self.repos.clone(),
             cache: self.cache.clone(),
             artifacts: self.artifacts.clone(),
+            gateway: self.gateway.clone(),
         };
         Box::pin(async move { this.evaluate(spec, ctx).await })
     }

@@ -1,0 +1,147 @@
+//! [`Llm`] over HTTP: chat completions sent to the node's gateway with the task's virtual key,
+//! so every call an agent makes is metered, budgeted and transcribed there.
+
+use super::{AssistantTurn, Llm, LlmError, ToolCall};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+/// A chat-completions client bound to one task's virtual key.
+pub struct GatewayLlm {
+    http: reqwest::Client,
+    url: String,
+    key: String,
+    extra: serde_json::Map<String, Value>,
+}
+
+impl GatewayLlm {
+    /// A client for `base_url` (e.g. `http://127.0.0.1:PORT/v1`) using `key`.
+    pub fn new(base_url: &str, key: &str) -> GatewayLlm {
+        GatewayLlm {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(3600))
+                .build()
+                .expect("an HTTP client builds"),
+            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            key: key.to_string(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    /// The same client with request fields added to every call (e.g. `temperature`, `n`).
+    pub fn with_params(mut self, params: serde_json::Map<String, Value>) -> GatewayLlm {
+        self.extra = params;
+        self
+    }
+}
+
+/// Reads the assistant turn out of a chat-completion response body.
+pub fn parse_turn(body: &Value) -> Result<AssistantTurn, LlmError> {
+    let message = body
+        .pointer("/choices/0/message")
+        .ok_or_else(|| LlmError::Failed(format!("response has no choices[0].message: {body}")))?;
+    let content = message
+        .get("content")
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let tool_calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .map(|calls| {
+            calls
+                .iter()
+                .enumerate()
+                .map(|(i, c)| ToolCall {
+                    id: c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                        .unwrap_or_else(|| format!("call_{i}")),
+                    name: c
+                        .pointer("/function/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                    arguments: c
+                        .pointer("/function/arguments")
+                        .and_then(Value::as_str)
+                        .unwrap_or("{}")
+                        .to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(AssistantTurn {
+        content,
+        tool_calls,
+    })
+}
+
+/// Classifies a non-success answer of the gateway.
+pub fn error_of(status: u16, body: &Value) -> LlmError {
+    let message = body
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| body.to_string());
+    let kind = body.pointer("/error/type").and_then(Value::as_str);
+    if status == 402 || kind == Some("budget_exceeded") {
+        LlmError::Budget(message)
+    } else {
+        LlmError::Failed(format!("HTTP {status}: {message}"))
+    }
+}
+
+impl Llm for GatewayLlm {
+    async fn chat(&mut self, messages: &[Value], tools: &[Value]) -> Result<AssistantTurn, LlmError> {
+        let mut body = json!({ "model": "default", "messages": messages });
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools.to_vec());
+        }
+        for (k, v) in &self.extra {
+            body[k] = v.clone();
+        }
+        let resp = self
+            .http
+            .post(&self.url)
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| LlmError::Failed(format!("gateway unreachable: {e}")))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .text()
+            .await
+            .map_err(|e| LlmError::Failed(format!("reading the gateway's answer: {e}")))?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        if status / 100 != 2 {
+            return Err(error_of(status, &value));
+        }
+        parse_turn(&value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turns_and_errors_are_read() {
+        let body = json!({"choices":[{"message":{"content":null,"tool_calls":[
+            {"id":"c1","type":"function","function":{"name":"grep","arguments":"{\"pattern\":\"x\"}"}}]}}]});
+        let t = parse_turn(&body).unwrap();
+        assert_eq!(t.content, None);
+        assert_eq!(t.tool_calls[0].name, "grep");
+        assert_eq!(t.tool_calls[0].id, "c1");
+        assert!(parse_turn(&json!({})).is_err());
+        let budget = json!({"error":{"type":"budget_exceeded","message":"calls exhausted"}});
+        assert_eq!(
+            error_of(402, &budget),
+            LlmError::Budget("calls exhausted".into())
+        );
+        assert!(matches!(
+            error_of(500, &json!({"error":{"message":"boom"}})),
+            LlmError::Failed(m) if m.contains("500") && m.contains("boom")
+        ));
+    }
+}

@@ -1,0 +1,351 @@
+//! Runs an SWT task's agent on the node: a checkout and a gateway key for the task, then the
+//! built-in agent or the external command, then the test patch and the metered usage.
+
+use super::baselines;
+use super::checkout;
+use super::external::{self, ExternalInvocation};
+use super::llm_client::GatewayLlm;
+use super::reproagent;
+use super::tools::bm25;
+use super::workspace::SandboxWorkspace;
+use super::InstanceBrief;
+use crate::gateway::{Gateway, TaskBudget, Usage};
+use crate::sandbox::{Limits, Prepared, Sandbox};
+use reprobench_proto::sweep::{BackboneSpec, Budget};
+use reprobench_proto::swt::{EnvSpec, SwtInstance};
+use reprobench_proto::v1::FailureClass;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// LIBRO samples per instance.
+pub const LIBRO_SAMPLES: u32 = 5;
+
+/// What the agent left for evaluation.
+#[derive(Debug, Default)]
+pub struct AgentProduct {
+    /// The test patch (none: the agent produced nothing).
+    pub test_patch: Option<String>,
+    /// Metered LLM usage of the task.
+    pub usage: Usage,
+    /// Feedback iterations (reproagent).
+    pub feedback_iterations: Option<u32>,
+    /// Whether the golden patch's files were among the top suspicious files (reproagent).
+    pub localized_files_correct: Option<bool>,
+    /// An agent-side failure worth recording (the patch, if any, is still evaluated).
+    pub error: Option<(FailureClass, String, String)>,
+    /// A summary of the agent's run for the report.
+    pub summary: Value,
+}
+
+/// What the agent may use.
+pub struct AgentSetup<'a> {
+    /// The node's gateway.
+    pub gateway: &'a Gateway,
+    /// The sandbox and the instance's prepared environment.
+    pub sandbox: Arc<dyn Sandbox>,
+    /// Prepared environment.
+    pub prepared: Prepared,
+    /// The instance.
+    pub instance: &'a SwtInstance,
+    /// Its environment.
+    pub env: &'a EnvSpec,
+    /// The bare mirror of its repository.
+    pub mirror: &'a Path,
+    /// Scratch space for the checkout.
+    pub scratch: &'a Path,
+    /// The attempt's artifact directory.
+    pub artifacts: &'a Path,
+    /// Task name for the gateway (metering and transcript).
+    pub task: String,
+    /// Limits of each sandbox run.
+    pub limits: Limits,
+}
+
+/// The gateway budget of a task.
+pub fn task_budget(b: &Budget) -> TaskBudget {
+    TaskBudget {
+        max_calls: b.max_llm_calls,
+        max_tokens: b.max_tokens,
+        max_cost_usd: (b.max_cost_usd > 0.0).then_some(b.max_cost_usd),
+        max_duration: (b.max_minutes > 0.0).then(|| Duration::from_secs_f64(b.max_minutes * 60.0)),
+    }
+}
+
+/// Files the golden code patch touches.
+pub fn golden_files(code_patch: &str) -> Vec<String> {
+    crate::swt::patch::diff_files(code_patch)
+        .into_iter()
+        .filter_map(|f| f.old.or(f.new))
+        .collect()
+}
+
+fn brief_of(inst: &SwtInstance) -> InstanceBrief {
+    InstanceBrief {
+        instance_id: inst.instance_id.clone(),
+        repo: inst.repo.clone(),
+        problem_statement: inst.problem_statement.clone(),
+        hints: inst.hints_text.clone(),
+    }
+}
+
+/// The instance as external agents see it: no golden patches, no test lists.
+pub fn public_instance(inst: &SwtInstance) -> Value {
+    json!({
+        "instance_id": inst.instance_id,
+        "repo": inst.repo,
+        "base_commit": inst.base_commit,
+        "problem_statement": inst.problem_statement,
+        "hints_text": inst.hints_text,
+        "created_at": inst.created_at,
+        "version": inst.version,
+    })
+}
+
+fn infra(class: &str, msg: String) -> Option<(FailureClass, String, String)> {
+    Some((FailureClass::Infra, class.to_string(), msg))
+}
+
+/// Runs a built-in LLM agent (`name`, `variant`); `None` when cancelled.
+pub async fn run_builtin(
+    setup: AgentSetup<'_>,
+    name: &str,
+    variant: &str,
+    backbone: &BackboneSpec,
+    budget: &Budget,
+    cancel: &CancellationToken,
+) -> Option<AgentProduct> {
+    let mut product = AgentProduct::default();
+    let key = match setup.gateway.open_task(
+        &setup.task,
+        backbone,
+        task_budget(budget),
+        Some(setup.artifacts.join("transcript.jsonl")),
+    ) {
+        Ok(k) => k,
+        Err(e) => {
+            product.error = Some((FailureClass::BadInput, "bad_input:backbone".into(), e.to_string()));
+            return Some(product);
+        }
+    };
+    let checkout = match checkout::checkout(setup.mirror, &setup.instance.base_commit, setup.scratch).await {
+        Ok(c) => c,
+        Err(e) => {
+            setup.gateway.close_task(&key);
+            product.error = infra("checkout", e);
+            return Some(product);
+        }
+    };
+    let ws = SandboxWorkspace::new(
+        checkout.path(),
+        setup.sandbox.clone(),
+        setup.prepared.clone(),
+        &setup.env.test_cmd,
+        &setup.env.test_directives,
+        setup.limits.clone(),
+    );
+    let brief = brief_of(setup.instance);
+    let mut llm = GatewayLlm::new(&setup.gateway.base_url(), &key);
+    // Hard stop a little after the time budget (the gateway refuses calls at the budget itself).
+    let hard_stop = Duration::from_secs_f64((budget.max_minutes.max(0.1) * 60.0) * 1.1 + 30.0);
+    let work = async {
+        match name {
+            "reproagent" => {
+                let variant = match reproagent::Variant::parse(variant) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        return (None, json!({"error": e}), None, None, Some((FailureClass::BadInput, "bad_input:variant".to_string(), e)));
+                    }
+                };
+                let limits = reproagent::Limits {
+                    max_llm_calls_per_stage: budget.max_llm_calls_per_stage,
+                    max_feedback_iterations: budget.max_feedback_iterations,
+                };
+                let out = reproagent::run(&brief, variant, &limits, &mut llm, &ws).await;
+                let golden = golden_files(&setup.instance.patch);
+                let correct = out.localization.as_ref().map(|l| {
+                    reproagent::localized_files_correct(l, &golden, reproagent::TOP_K_FILES)
+                });
+                let _ = std::fs::write(
+                    setup.artifacts.join("reproagent.json"),
+                    serde_json::to_vec_pretty(&out).unwrap_or_default(),
+                );
+                let err = out
+                    .stopped_by
+                    .as_deref()
+                    .filter(|s| s.starts_with("llm_error"))
+                    .map(|s| (FailureClass::Infra, "llm_error".to_string(), s.to_string()));
+                let summary = json!({
+                    "stages_run": out.stages_run,
+                    "llm_calls_by_stage": out.llm_calls_by_stage,
+                    "reviews": out.reviews.len(),
+                    "stopped_by": out.stopped_by,
+                });
+                (out.test_patch.clone(), summary, Some(out.feedback_iterations), correct, err)
+            }
+            "zero-shot-plus" => {
+                let context = retrieved_context(&ws, &brief.problem_statement);
+                let out = baselines::zero_shot_plus(&brief, &context, &mut llm).await;
+                baseline_result(out, setup.artifacts, "zero-shot-plus.json")
+            }
+            "libro" => {
+                let mut params = serde_json::Map::new();
+                params.insert("temperature".into(), json!(0.7));
+                let mut llm = GatewayLlm::new(&setup.gateway.base_url(), &key).with_params(params);
+                let out = baselines::libro(&brief, LIBRO_SAMPLES, &mut llm, &ws).await;
+                baseline_result(out, setup.artifacts, "libro.json")
+            }
+            other => (
+                None,
+                Value::Null,
+                None,
+                None,
+                Some((
+                    FailureClass::BadInput,
+                    "bad_input:agent".to_string(),
+                    format!("agent `{other}` is not built in"),
+                )),
+            ),
+        }
+    };
+    let result = tokio::select! {
+        r = tokio::time::timeout(hard_stop, work) => Some(r),
+        _ = cancel.cancelled() => None,
+    };
+    product.usage = setup.gateway.close_task(&key).unwrap_or_default();
+    let r = result?;
+    match r {
+        Ok((patch, summary, iterations, correct, err)) => {
+            product.test_patch = patch;
+            product.summary = summary;
+            product.feedback_iterations = iterations;
+            product.localized_files_correct = correct;
+            product.error = err;
+        }
+        Err(_) => {
+            product.error = Some((
+                FailureClass::None,
+                "agent_timeout".into(),
+                format!("the agent ran past its {} min budget", budget.max_minutes),
+            ));
+        }
+    }
+    let (runs, commands) = ws.runs();
+    product.summary["test_runs"] = runs.into();
+    product.summary["sandbox_commands"] = commands.into();
+    Some(product)
+}
+
+type Produced = (
+    Option<String>,
+    Value,
+    Option<u32>,
+    Option<bool>,
+    Option<(FailureClass, String, String)>,
+);
+
+fn baseline_result(out: baselines::BaselineOutcome, dir: &Path, file: &str) -> Produced {
+    let _ = std::fs::write(dir.join(file), serde_json::to_vec_pretty(&out).unwrap_or_default());
+    let err = out
+        .stopped_by
+        .as_deref()
+        .filter(|s| s.starts_with("llm_error"))
+        .map(|s| (FailureClass::Infra, "llm_error".to_string(), s.to_string()));
+    let summary = json!({"llm_calls": out.llm_calls, "candidates": out.candidates.len(), "stopped_by": out.stopped_by});
+    (out.test_patch, summary, None, None, err)
+}
+
+/// The BM25-retrieved code shown to `zero-shot-plus`: the top chunks for the issue text.
+pub fn retrieved_context(ws: &SandboxWorkspace, issue: &str) -> String {
+    let tb = ws.toolbox();
+    let chunks = bm25::retrieve(tb.repo(), tb.graph(), issue, 5);
+    let mut out = String::new();
+    for c in chunks {
+        out.push_str(&format!(
+            "## {} (lines {}-{})\n```python\n{}\n```\n",
+            c.path, c.start_line, c.end_line, c.text
+        ));
+    }
+    out
+}
+
+/// Runs an external agent; `None` when cancelled.
+pub async fn run_external(
+    setup: AgentSetup<'_>,
+    command: &[String],
+    image: Option<&str>,
+    backbone: &BackboneSpec,
+    budget: &Budget,
+    cancel: &CancellationToken,
+) -> Option<AgentProduct> {
+    let mut product = AgentProduct::default();
+    if image.is_some() {
+        product.error = Some((
+            FailureClass::BadInput,
+            "bad_input:agent".into(),
+            "external agents packaged as images are not supported by this build yet; give `command` instead".into(),
+        ));
+        return Some(product);
+    }
+    let key = match setup.gateway.open_task(
+        &setup.task,
+        backbone,
+        task_budget(budget),
+        Some(setup.artifacts.join("transcript.jsonl")),
+    ) {
+        Ok(k) => k,
+        Err(e) => {
+            product.error = Some((FailureClass::BadInput, "bad_input:backbone".into(), e.to_string()));
+            return Some(product);
+        }
+    };
+    let checkout = match checkout::checkout(setup.mirror, &setup.instance.base_commit, setup.scratch).await {
+        Ok(c) => c,
+        Err(e) => {
+            setup.gateway.close_task(&key);
+            product.error = infra("checkout", e);
+            return Some(product);
+        }
+    };
+    let agent_dir = setup.artifacts.join("agent");
+    let _ = std::fs::create_dir_all(&agent_dir);
+    let instance_file = setup.artifacts.join("instance.json");
+    let _ = std::fs::write(&instance_file, public_instance(setup.instance).to_string());
+    let output = setup.artifacts.join("agent-output.patch");
+    let inv = ExternalInvocation {
+        command,
+        instance_file: &instance_file,
+        repo: checkout.path(),
+        output: &output,
+        artifacts: &agent_dir,
+        base_url: &setup.gateway.base_url(),
+        key: &key,
+        model: &backbone.name,
+        timeout: Duration::from_secs_f64(budget.max_minutes.max(0.1) * 60.0),
+    };
+    let end = external::run(&inv, cancel).await;
+    product.usage = setup.gateway.close_task(&key).unwrap_or_default();
+    let end = end?;
+    product.summary = json!({
+        "exit_code": end.exit_code,
+        "timed_out": end.timed_out,
+        "log": end.log.display().to_string(),
+    });
+    product.test_patch = end.patch;
+    product.error = if let Some(e) = end.start_error {
+        Some((FailureClass::BadInput, "bad_input:agent_command".into(), e))
+    } else if end.timed_out {
+        Some((FailureClass::None, "agent_timeout".into(), format!("killed at the {} min budget", budget.max_minutes)))
+    } else if end.exit_code != Some(0) {
+        Some((
+            FailureClass::None,
+            "agent_failed".into(),
+            format!("the agent exited with {:?}; see {}", end.exit_code, end.log.display()),
+        ))
+    } else {
+        None
+    };
+    Some(product)
+}

@@ -1,0 +1,127 @@
+//! `reprobench gateway`: the metering LLM proxy on its own, and `reprobench bench gateway`.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use reprobench_agent_node::gateway::{Gateway, GatewayConfig};
+use reprobench_proto::sweep::{BackboneSpec, Budget};
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Options of `reprobench gateway`.
+#[derive(Args)]
+pub struct GatewayArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8089")]
+    listen: SocketAddr,
+    /// TOML file with one `[[backbones]]` entry as in the sweep spec (and optionally a `[budget]`
+    /// applied to each client key).
+    #[arg(long, value_name = "FILE.toml")]
+    backbone: PathBuf,
+    /// Directory for one JSONL transcript per client key (requests, responses, timings; never keys).
+    #[arg(long, value_name = "DIR")]
+    transcripts: Option<PathBuf>,
+    /// Serve recorded transcripts (a file or directory) by request hash instead of calling the
+    /// backbone: a replay, and every answer says so.
+    #[arg(long, value_name = "PATH")]
+    replay: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BackboneFile {
+    backbones: Vec<BackboneSpec>,
+    #[serde(default)]
+    budget: Option<Budget>,
+}
+
+/// Reads a backbone file: exactly one `[[backbones]]` entry.
+fn read_backbone_file(path: &PathBuf) -> Result<(BackboneSpec, Option<Budget>)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read backbone file {}", path.display()))?;
+    let file: BackboneFile = toml::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a backbone file: it needs one [[backbones]] entry with name, base_url, model (and api_key_env, price, params)",
+            path.display()
+        )
+    })?;
+    match <[BackboneSpec; 1]>::try_from(file.backbones) {
+        Ok([b]) => Ok((b, file.budget)),
+        Err(v) => bail!(
+            "{} has {} [[backbones]] entries; the gateway serves exactly one (run one gateway per backbone)",
+            path.display(),
+            v.len()
+        ),
+    }
+}
+
+/// Runs the standalone gateway until Ctrl-C, then prints the totals.
+pub async fn gateway(a: GatewayArgs) -> Result<()> {
+    let (backbone, budget) = read_backbone_file(&a.backbone)?;
+    let config = GatewayConfig {
+        transcripts: a.transcripts.clone(),
+        replay: a.replay.clone(),
+        open: true,
+        default_backbone: Some(backbone.clone()),
+        default_budget: budget
+            .as_ref()
+            .map(reprobench_agent_node::agents::run::task_budget)
+            .unwrap_or_default(),
+        ..GatewayConfig::default()
+    };
+    let gw = Gateway::start(a.listen, config)
+        .await
+        .with_context(|| format!("cannot start the gateway on {}", a.listen))?;
+    if gw.is_replay() {
+        eprintln!(
+            "gateway (REPLAY of {}: no model is called) on {}",
+            a.replay.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            gw.base_url()
+        );
+    } else {
+        eprintln!(
+            "gateway on {} → backbone `{}` (model {} at {})",
+            gw.base_url(),
+            backbone.name,
+            backbone.model,
+            backbone.base_url
+        );
+    }
+    eprintln!(
+        "clients: OPENAI_BASE_URL={} OPENAI_API_KEY=<any name; usage is charged per key>; usage at {}/usage, metrics at http://{}/metrics",
+        gw.base_url(),
+        gw.base_url(),
+        gw.local_addr()
+    );
+    tokio::signal::ctrl_c().await.ok();
+    let totals = gw.totals();
+    println!("{}", serde_json::to_string_pretty(&totals)?);
+    gw.shutdown().await;
+    Ok(())
+}
+
+/// Options of `reprobench bench gateway`.
+#[derive(Args)]
+pub struct GatewayBenchArgs {
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Sequential calls measured for latency (each way).
+    #[arg(long, default_value_t = 2000)]
+    calls: usize,
+    /// Concurrent calls for the throughput figure.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+}
+
+/// The gateway's added latency and throughput against a scripted upstream (not a model).
+pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
+    let report = reprobench_agent_node::gateway::bench::run(a.calls, a.concurrency).await;
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        eprintln!("(upstream: reprobench's scripted OpenAI-compatible server on loopback, not a model)");
+    }
+    Ok(())
+}
