@@ -104,6 +104,15 @@ pub struct BackboneSpec {
     /// Sampling parameters passed through (temperature, top_p, ...).
     #[serde(default)]
     pub params: BTreeMap<String, toml::Value>,
+    /// Most requests in flight to this backbone at once, across all tasks (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrency: Option<u32>,
+    /// Most requests started per minute to this backbone, across all tasks (default unlimited).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_minute: Option<u32>,
+    /// Seconds one upstream request may take before it is abandoned and retried (default 300).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<u64>,
 }
 
 /// Prices in dollars per million tokens.

@@ -1,0 +1,215 @@
+//! Gateway overhead benchmark: latency and throughput against a scripted upstream that
+//! answers immediately, called directly and through the gateway in the same run.
+
+use super::scripted::{ScriptedReply, ScriptedUpstream};
+use super::{Gateway, GatewayConfig, TaskBudget};
+use reprobench_proto::sweep::{BackboneSpec, Price};
+use serde::Serialize;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Results of one benchmark run (milliseconds and calls per second).
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// What was measured against what.
+    pub note: String,
+    /// Calls per measurement.
+    pub calls: usize,
+    /// Concurrent callers in the throughput measurements.
+    pub concurrency: usize,
+    /// Sequential latency calling the upstream directly, median.
+    pub direct_p50_ms: f64,
+    /// Sequential latency calling the upstream directly, 99th percentile.
+    pub direct_p99_ms: f64,
+    /// Sequential latency through the gateway, median.
+    pub gateway_p50_ms: f64,
+    /// Sequential latency through the gateway, 99th percentile.
+    pub gateway_p99_ms: f64,
+    /// `gateway_p50_ms - direct_p50_ms`.
+    pub added_p50_ms: f64,
+    /// `gateway_p99_ms - direct_p99_ms`.
+    pub added_p99_ms: f64,
+    /// Throughput calling the upstream directly.
+    pub direct_calls_per_s: f64,
+    /// Throughput through the gateway.
+    pub gateway_calls_per_s: f64,
+    /// Calls the gateway metered (should equal the calls made through it).
+    pub gateway_metered_calls: u64,
+    /// Calls that failed in any measurement (should be 0).
+    pub errors: usize,
+}
+
+/// The `q`-quantile (0..=1) of sorted milliseconds, nearest rank.
+pub fn percentile(sorted_ms: &[f64], q: f64) -> f64 {
+    if sorted_ms.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * sorted_ms.len() as f64).ceil() as usize;
+    sorted_ms[rank.clamp(1, sorted_ms.len()) - 1]
+}
+
+async fn one_call(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: &serde_json::Value,
+) -> bool {
+    match client.post(url).bearer_auth(key).json(body).send().await {
+        Ok(response) => response.status().is_success() && response.bytes().await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+async fn sequential(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    calls: usize,
+    errors: &mut usize,
+) -> Vec<f64> {
+    let body = json!({"model": "bench", "messages": [{"role": "user", "content": "ping"}]});
+    let mut latencies = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        let start = Instant::now();
+        if !one_call(client, url, key, &body).await {
+            *errors += 1;
+        }
+        latencies.push(start.elapsed().as_secs_f64() * 1e3);
+    }
+    latencies.sort_by(f64::total_cmp);
+    latencies
+}
+
+async fn throughput(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    calls: usize,
+    concurrency: usize,
+    errors: &mut usize,
+) -> f64 {
+    let next = Arc::new(AtomicUsize::new(0));
+    let failed = Arc::new(AtomicUsize::new(0));
+    let start = Instant::now();
+    let mut workers = Vec::new();
+    for _ in 0..concurrency.max(1) {
+        let (client, url, key) = (client.clone(), url.to_string(), key.to_string());
+        let (next, failed) = (next.clone(), failed.clone());
+        workers.push(tokio::spawn(async move {
+            let body = json!({"model": "bench", "messages": [{"role": "user", "content": "ping"}]});
+            while next.fetch_add(1, Ordering::Relaxed) < calls {
+                if !one_call(&client, &url, &key, &body).await {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for worker in workers {
+        let _ = worker.await;
+    }
+    *errors += failed.load(Ordering::Relaxed);
+    calls as f64 / start.elapsed().as_secs_f64().max(1e-9)
+}
+
+/// Runs the benchmark: `calls` sequential calls each way, then `calls` calls by
+/// `concurrency` concurrent callers each way.
+pub async fn run(calls: usize, concurrency: usize) -> BenchReport {
+    let upstream = ScriptedUpstream::start(|_| ScriptedReply::text("pong")).await;
+    let backbone = BackboneSpec {
+        name: "scripted-bench".into(),
+        base_url: upstream.base_url(),
+        model: "scripted".into(),
+        api_key_env: None,
+        price: Price {
+            input_per_mtok: 1.0,
+            output_per_mtok: 2.0,
+            cached_input_per_mtok: 0.5,
+        },
+        params: BTreeMap::new(),
+        max_concurrency: Some(concurrency.max(64) as u32),
+        requests_per_minute: None,
+        timeout_s: Some(60),
+    };
+    let gateway = Gateway::start(
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        GatewayConfig::default(),
+    )
+    .await
+    .expect("starting a loopback gateway for the benchmark");
+    let key = gateway
+        .open_task("bench", &backbone, TaskBudget::default(), None)
+        .expect("opening the benchmark task");
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(concurrency.max(64))
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("building the benchmark HTTP client");
+    let direct_url = format!("{}/chat/completions", upstream.base_url());
+    let gateway_url = format!("{}/chat/completions", gateway.base_url());
+    let mut errors = 0;
+    // Warm both connection pools.
+    sequential(&client, &direct_url, "none", 10, &mut errors).await;
+    sequential(&client, &gateway_url, &key, 10, &mut errors).await;
+    let warmup_calls = gateway.task_usage(&key).map_or(0, |u| u.calls);
+
+    let direct = sequential(&client, &direct_url, "none", calls, &mut errors).await;
+    let through = sequential(&client, &gateway_url, &key, calls, &mut errors).await;
+    let direct_tp = throughput(
+        &client,
+        &direct_url,
+        "none",
+        calls,
+        concurrency,
+        &mut errors,
+    )
+    .await;
+    let gateway_tp = throughput(&client, &gateway_url, &key, calls, concurrency, &mut errors).await;
+    let metered = gateway.task_usage(&key).map_or(0, |u| u.calls) - warmup_calls;
+    gateway.shutdown().await;
+
+    let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
+    let (g50, g99) = (percentile(&through, 0.5), percentile(&through, 0.99));
+    BenchReport {
+        note: "scripted upstream (not a model) answering immediately on loopback".into(),
+        calls,
+        concurrency,
+        direct_p50_ms: d50,
+        direct_p99_ms: d99,
+        gateway_p50_ms: g50,
+        gateway_p99_ms: g99,
+        added_p50_ms: g50 - d50,
+        added_p99_ms: g99 - d99,
+        direct_calls_per_s: direct_tp,
+        gateway_calls_per_s: gateway_tp,
+        gateway_metered_calls: metered,
+        errors,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 50.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&v, 1.0), 100.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn small_run_meters_every_gateway_call() {
+        let report = run(20, 4).await;
+        assert_eq!(report.errors, 0);
+        assert_eq!(report.gateway_metered_calls, 40);
+        assert!(report.gateway_calls_per_s > 0.0 && report.direct_calls_per_s > 0.0);
+        assert!(report.gateway_p99_ms >= report.gateway_p50_ms);
+    }
+}

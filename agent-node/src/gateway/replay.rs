@@ -1,0 +1,211 @@
+//! Replay: recorded transcript lines indexed by request hash; the k-th identical request
+//! gets the k-th recording.
+
+use super::transcript::TranscriptLine;
+use reprobench_proto::swt::Fnv;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Hash of a request for replay: FNV-1a over its canonical JSON (object keys sorted)
+/// with `stream` and `stream_options` removed, as 16 hex digits.
+pub fn request_hash(request: &Value) -> String {
+    let mut request = request.clone();
+    if let Some(map) = request.as_object_mut() {
+        map.remove("stream");
+        map.remove("stream_options");
+    }
+    let mut canonical = String::new();
+    write_canonical(&request, &mut canonical);
+    let mut h = Fnv::default();
+    h.add("chat-v1");
+    h.add(&canonical);
+    format!("{:016x}", h.0)
+}
+
+/// Writes JSON with object keys sorted, whatever map ordering serde_json was built with.
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, key) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(&map[key], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// Why a replay source could not be loaded.
+#[derive(Debug)]
+pub struct ReplayLoadError {
+    /// The file at fault.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+struct Recording {
+    line: TranscriptLine,
+    used: bool,
+}
+
+/// Recorded calls by request hash, consumed in recording order.
+pub struct ReplayIndex {
+    source: PathBuf,
+    by_hash: HashMap<String, Vec<Recording>>,
+}
+
+impl ReplayIndex {
+    /// Loads a transcript file, or every `*.jsonl` file in a directory (sorted by name).
+    pub fn load(source: &Path) -> Result<ReplayIndex, ReplayLoadError> {
+        let fail = |path: &Path, message: String| ReplayLoadError {
+            path: path.to_path_buf(),
+            message,
+        };
+        let files = if source.is_dir() {
+            let entries = std::fs::read_dir(source).map_err(|e| fail(source, e.to_string()))?;
+            let mut files: Vec<PathBuf> = entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect();
+            files.sort();
+            files
+        } else {
+            vec![source.to_path_buf()]
+        };
+        let mut lines = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).map_err(|e| fail(file, e.to_string()))?;
+            for (n, raw) in text.lines().enumerate() {
+                if raw.trim().is_empty() {
+                    continue;
+                }
+                let line: TranscriptLine = serde_json::from_str(raw).map_err(|e| {
+                    fail(
+                        file,
+                        format!("line {} is not a transcript line: {e}", n + 1),
+                    )
+                })?;
+                lines.push(line);
+            }
+        }
+        Ok(ReplayIndex::from_lines(source, lines))
+    }
+
+    /// Indexes lines already in memory; `source` names them in error messages.
+    pub fn from_lines(source: &Path, lines: Vec<TranscriptLine>) -> ReplayIndex {
+        let mut by_hash: HashMap<String, Vec<Recording>> = HashMap::new();
+        for line in lines {
+            by_hash
+                .entry(line.request_hash.clone())
+                .or_default()
+                .push(Recording { line, used: false });
+        }
+        ReplayIndex {
+            source: source.to_path_buf(),
+            by_hash,
+        }
+    }
+
+    /// Where the recordings came from.
+    pub fn source(&self) -> &Path {
+        &self.source
+    }
+
+    /// Number of recorded calls.
+    pub fn len(&self) -> usize {
+        self.by_hash.values().map(Vec::len).sum()
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes the next unused recording of `hash`, preferring ones recorded for `task`.
+    pub fn take(&mut self, task: &str, hash: &str) -> Option<TranscriptLine> {
+        let recordings = self.by_hash.get_mut(hash)?;
+        let pos = recordings
+            .iter()
+            .position(|r| !r.used && r.line.task == task)
+            .or_else(|| recordings.iter().position(|r| !r.used))?;
+        recordings[pos].used = true;
+        Some(recordings[pos].line.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::accounting::Usage;
+    use serde_json::json;
+
+    #[test]
+    fn hash_ignores_key_order_and_stream_flags() {
+        let a = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let b = json!({"messages": [{"content": "hi", "role": "user"}], "model": "m",
+                       "stream": true, "stream_options": {"include_usage": true}});
+        assert_eq!(request_hash(&a), request_hash(&b));
+        assert_eq!(request_hash(&a).len(), 16);
+        let c = json!({"model": "m", "messages": [{"role": "user", "content": "hi!"}]});
+        assert_ne!(request_hash(&a), request_hash(&c));
+    }
+
+    fn line(task: &str, hash: &str, answer: &str) -> TranscriptLine {
+        TranscriptLine {
+            ts_ms: 0,
+            task: task.into(),
+            backbone: "b".into(),
+            model: "m".into(),
+            request_hash: hash.into(),
+            request: json!({}),
+            response: json!({"answer": answer}),
+            stream: false,
+            status: 200,
+            latency_ms: 1,
+            attempts: 1,
+            usage: Usage::default(),
+            replay: false,
+        }
+    }
+
+    #[test]
+    fn identical_requests_get_recordings_in_order() {
+        let mut index = ReplayIndex::from_lines(
+            Path::new("rec"),
+            vec![
+                line("t1", "h", "first"),
+                line("t1", "h", "second"),
+                line("t2", "h", "other task"),
+            ],
+        );
+        assert_eq!(index.len(), 3);
+        assert_eq!(
+            index.take("t2", "h").unwrap().response["answer"],
+            "other task"
+        );
+        assert_eq!(index.take("t1", "h").unwrap().response["answer"], "first");
+        assert_eq!(index.take("t1", "h").unwrap().response["answer"], "second");
+        assert!(index.take("t1", "h").is_none());
+        assert!(index.take("t1", "missing").is_none());
+    }
+}
