@@ -178,6 +178,9 @@ pub fn backbone_from_env() -> Option<reprobench_proto::sweep::BackboneSpec> {
         api_key_env: key_env.map(str::to_string),
         price: Default::default(),
         params: Default::default(),
+        max_concurrency: None,
+        requests_per_minute: None,
+        timeout_s: None,
     })
 }
 
