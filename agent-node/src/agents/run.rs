@@ -153,9 +153,10 @@ pub async fn run_builtin(
     let work = async {
         match name {
             "reproagent" => {
-                let variant = match reproagent::Variant::parse(variant) {
+                let variant = match variant.parse::<reproagent::Variant>() {
                     Ok(v) => v,
                     Err(e) => {
+                        let e = e.to_string();
                         return (None, json!({"error": e}), None, None, Some((FailureClass::BadInput, "bad_input:variant".to_string(), e)));
                     }
                 };
@@ -166,7 +167,7 @@ pub async fn run_builtin(
                 let out = reproagent::run(&brief, variant, &limits, &mut llm, &ws).await;
                 let golden = golden_files(&setup.instance.patch);
                 let correct = out.localization.as_ref().map(|l| {
-                    reproagent::localized_files_correct(l, &golden, reproagent::TOP_K_FILES)
+                    reproagent::localized_files_correct(l, &golden, reproagent::LOCALIZATION_TOP_K)
                 });
                 let _ = std::fs::write(
                     setup.artifacts.join("reproagent.json"),

@@ -143,7 +143,7 @@ fn string_arg(arguments: &str, field: &str) -> Result<String, String> {
 
 impl Workspace for SandboxWorkspace {
     fn tool_specs(&self) -> Vec<Value> {
-        let mut specs = ToolBox::tool_specs();
+        let mut specs = super::tools::tool_specs();
         specs.extend(sandbox_tool_specs());
         specs
     }
