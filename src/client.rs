@@ -72,6 +72,27 @@ pub async fn live_nodes(address: &CoordinatorAddress) -> Result<u32> {
         .live_nodes)
 }
 
+/// Two slots of each executor kind a sweep's tasks need.
+fn needed_slots(spec: &reprobench_proto::sweep::SweepSpec) -> Vec<SlotSpec> {
+    let mut kinds: Vec<String> = spec
+        .datasets
+        .iter()
+        .map(|d| {
+            if reprobench_proto::synthetic::SyntheticDataset::parse(d).is_some() {
+                "synthetic".to_string()
+            } else {
+                spec.eval.executor.clone()
+            }
+        })
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    kinds
+        .into_iter()
+        .map(|kind| SlotSpec { kind, slots: 2 })
+        .collect()
+}
+
 /// `reprobench run`.
 pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let sweep = std::fs::read_to_string(&a.sweep)
@@ -100,9 +121,14 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
                 crate::datasets::ensure_mirrors(&ds, &a.node.settings().repos)?;
             }
         }
+        let slots = if a.node_slots.is_empty() {
+            needed_slots(&spec)
+        } else {
+            a.node_slots.clone()
+        };
         let nodes = LocalNodes {
             count: n,
-            slots: a.node_slots.clone(),
+            slots,
             args: a.node.node_args(),
         };
         run_local(&data_dir(&a.target), &nodes, req, a.json).await?

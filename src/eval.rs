@@ -229,6 +229,8 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
             name: a.agent.clone().unwrap_or(a.predictions.clone()),
             variants: vec!["full".into()],
             predictions: None,
+            command: None,
+            image: None,
         },
         file => {
             let path = PathBuf::from(file);
@@ -264,6 +266,8 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
                 name: model,
                 variants: vec!["full".into()],
                 predictions: Some(file.to_string()),
+                command: None,
+                image: None,
             }
         }
     };

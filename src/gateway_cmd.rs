@@ -75,7 +75,10 @@ pub async fn gateway(a: GatewayArgs) -> Result<()> {
     if gw.is_replay() {
         eprintln!(
             "gateway (REPLAY of {}: no model is called) on {}",
-            a.replay.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
+            a.replay
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
             gw.base_url()
         );
     } else {
@@ -121,7 +124,9 @@ pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        eprintln!("(upstream: reprobench's scripted OpenAI-compatible server on loopback, not a model)");
+        eprintln!(
+            "(upstream: reprobench's scripted OpenAI-compatible server on loopback, not a model)"
+        );
     }
     Ok(())
 }

@@ -384,13 +384,9 @@ struct RunArgs {
     /// Start an embedded coordinator and N node processes on this machine.
     #[arg(long, value_name = "N", conflicts_with = "coordinator")]
     local_nodes: Option<u32>,
-    /// Slots of each local node, repeatable.
-    #[arg(
-        long,
-        value_name = "KIND=N",
-        default_value = "synthetic=2",
-        requires = "local_nodes"
-    )]
+    /// Slots of each local node, repeatable [default: 2 of each kind the sweep needs: synthetic
+    /// for synthetic datasets, the `[eval] executor` for SWT datasets].
+    #[arg(long, value_name = "KIND=N", requires = "local_nodes")]
     node_slots: Vec<SlotSpec>,
     #[command(flatten)]
     target: Target,

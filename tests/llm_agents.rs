@@ -66,7 +66,10 @@ fn reproduction_test(row: &Value, repos: &Path) -> String {
     let base = Command::new("git")
         .arg("-C")
         .arg(&mirror)
-        .args(["show", &format!("{}:{file}", row["base_commit"].as_str().unwrap())])
+        .args([
+            "show",
+            &format!("{}:{file}", row["base_commit"].as_str().unwrap()),
+        ])
         .output()
         .unwrap();
     let original = String::from_utf8_lossy(&base.stdout);
@@ -99,16 +102,25 @@ fn message(content: &str) -> ScriptedReply {
 
 /// Answers each agent's requests by the marker in its system prompt, for the instance whose
 /// issue title appears in the request.
-fn responder(tests: BTreeMap<String, (String, String)>) -> impl Fn(&ScriptedRequest) -> ScriptedReply {
+fn responder(
+    tests: BTreeMap<String, (String, String)>,
+) -> impl Fn(&ScriptedRequest) -> ScriptedReply {
     move |req: &ScriptedRequest| {
         let text = req.body["messages"].to_string();
-        let system = req.body["messages"][0]["content"].as_str().unwrap_or("").to_string();
+        let system = req.body["messages"][0]["content"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         let Some((code, golden_file)) = tests
             .iter()
             .find(|(title, _)| text.contains(title.as_str()))
             .map(|(_, v)| v.clone())
         else {
-            return ScriptedReply::Status { code: 400, retry_after_s: None, body: "scripted: unknown instance".into() };
+            return ScriptedReply::Status {
+                code: 400,
+                retry_after_s: None,
+                body: "scripted: unknown instance".into(),
+            };
         };
         let python = format!("Test file `tests/test_reproduction.py`:\n```python\n{code}```\n");
         let has_tool_result = req.body["messages"]
@@ -187,7 +199,11 @@ fn setup() -> Setup {
         .arg(dir.path().join("repos"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     Setup { dir, dataset, rows }
 }
 
@@ -199,7 +215,9 @@ fn run_sweep(s: &Setup, spec: &str) -> Vec<Value> {
         cmd.arg("--data").arg(&data);
     };
     let mut run = Command::new(bin());
-    run.args(["run"]).arg(&path).args(["--local-nodes", "2", "--json", "--new"]);
+    run.args(["run"])
+        .arg(&path)
+        .args(["--local-nodes", "2", "--json", "--new"]);
     common(&mut run);
     run.arg("--repos")
         .arg(s.dir.path().join("repos"))
@@ -207,13 +225,26 @@ fn run_sweep(s: &Setup, spec: &str) -> Vec<Value> {
         .arg(s.dir.path().join("cache"))
         .env("RB_TEST_LLM_KEY", SECRET);
     let out = run.output().unwrap();
-    assert!(out.status.success(), "run failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut res = Command::new(bin());
-    res.args(["results", summary["run_id"].as_str().unwrap(), "--format", "jsonl"]);
+    res.args([
+        "results",
+        summary["run_id"].as_str().unwrap(),
+        "--format",
+        "jsonl",
+    ]);
     common(&mut res);
     let out = res.output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -226,7 +257,13 @@ fn scripted(s: &Setup, rt: &tokio::runtime::Runtime) -> ScriptedUpstream {
         .rows
         .iter()
         .map(|r| {
-            let title = r["problem_statement"].as_str().unwrap().lines().next().unwrap().to_string();
+            let title = r["problem_statement"]
+                .as_str()
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap()
+                .to_string();
             let golden = r["patch"]
                 .as_str()
                 .unwrap()
@@ -241,8 +278,10 @@ fn scripted(s: &Setup, rt: &tokio::runtime::Runtime) -> ScriptedUpstream {
 }
 
 fn transcript_text(row: &Value) -> String {
-    std::fs::read_to_string(Path::new(row["artifact_path"].as_str().unwrap()).join("transcript.jsonl"))
-        .unwrap_or_default()
+    std::fs::read_to_string(
+        Path::new(row["artifact_path"].as_str().unwrap()).join("transcript.jsonl"),
+    )
+    .unwrap_or_default()
 }
 
 fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -279,18 +318,37 @@ command = ["python3", "{}"]
         agent_py.display()
     );
     let rows = run_sweep(&s, &sweep(&s.dataset, &upstream.base_url(), &agents, ""));
-    assert_eq!(rows.len(), s.rows.len() * 8, "one row per instance, agent and variant");
+    assert_eq!(
+        rows.len(),
+        s.rows.len() * 8,
+        "one row per instance, agent and variant"
+    );
     for r in &rows {
         let who = format!("{}/{} on {}", r["agent"], r["variant"], r["instance_id"]);
         assert_eq!(r["verdict"], "resolved", "{who}: {r}");
         assert_eq!(r["backbone"], "scripted");
         let calls = r["llm_calls"].as_u64().unwrap();
         assert!(calls >= 1, "{who} made no metered call");
-        assert_eq!(r["tokens_in"].as_u64().unwrap(), calls * PROMPT_TOKENS, "{who}");
-        assert_eq!(r["tokens_out"].as_u64().unwrap(), calls * COMPLETION_TOKENS, "{who}");
-        assert_eq!(r["tokens_cached"].as_u64().unwrap(), calls * CACHED_TOKENS, "{who}");
+        assert_eq!(
+            r["tokens_in"].as_u64().unwrap(),
+            calls * PROMPT_TOKENS,
+            "{who}"
+        );
+        assert_eq!(
+            r["tokens_out"].as_u64().unwrap(),
+            calls * COMPLETION_TOKENS,
+            "{who}"
+        );
+        assert_eq!(
+            r["tokens_cached"].as_u64().unwrap(),
+            calls * CACHED_TOKENS,
+            "{who}"
+        );
         let cost = r["cost_usd"].as_f64().unwrap();
-        assert!((cost - calls as f64 * COST_PER_CALL).abs() < 1e-9, "{who}: cost {cost}");
+        assert!(
+            (cost - calls as f64 * COST_PER_CALL).abs() < 1e-9,
+            "{who}: cost {cost}"
+        );
         // Each variant skips its stage: no request of that stage is in the task's transcript.
         let transcript = transcript_text(r);
         assert!(!transcript.is_empty(), "{who} has no transcript");
@@ -329,7 +387,10 @@ command = ["python3", "{}"]
     );
     let mut files = Vec::new();
     files_under(s.dir.path(), &mut files);
-    assert!(files.len() > 50, "artifacts, logs and transcripts were written");
+    assert!(
+        files.len() > 50,
+        "artifacts, logs and transcripts were written"
+    );
     for f in files {
         if let Ok(bytes) = std::fs::read(&f) {
             assert!(
@@ -349,14 +410,23 @@ fn a_call_budget_stops_the_agent_and_what_it_has_is_evaluated() {
     let agents = "[[agents]]\nname = \"reproagent\"\n";
     let rows = run_sweep(
         &s,
-        &sweep(&s.dataset, &upstream.base_url(), agents, "max_llm_calls = 3"),
+        &sweep(
+            &s.dataset,
+            &upstream.base_url(),
+            agents,
+            "max_llm_calls = 3",
+        ),
     );
     assert_eq!(rows.len(), s.rows.len());
     for r in &rows {
         assert!(r["llm_calls"].as_u64().unwrap() <= 3, "{r}");
-        assert_eq!(r["verdict"], "unresolved", "stopped before generating a test: {r}");
+        assert_eq!(
+            r["verdict"], "unresolved",
+            "stopped before generating a test: {r}"
+        );
         let report: Value = serde_json::from_slice(
-            &std::fs::read(Path::new(r["artifact_path"].as_str().unwrap()).join("report.json")).unwrap(),
+            &std::fs::read(Path::new(r["artifact_path"].as_str().unwrap()).join("report.json"))
+                .unwrap(),
         )
         .unwrap();
         assert_eq!(report["agent"]["stopped_by"], "budget", "{report}");

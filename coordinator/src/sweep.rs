@@ -97,7 +97,8 @@ fn expand_swt(
     };
     for agent in &spec.agents {
         let predictions = swt_predictions(agent, attachments)?;
-        let runs_llm = predictions.is_none() && !matches!(agent.name.as_str(), "gold" | "issue-snippet");
+        let runs_llm =
+            predictions.is_none() && !matches!(agent.name.as_str(), "gold" | "issue-snippet");
         if runs_llm && spec.backbones.is_empty() {
             return Err(ExpandError(format!(
                 "agent `{}` calls an LLM: add a [[backbones]] entry (any OpenAI-compatible endpoint: name, base_url, model, api_key_env)",
@@ -107,8 +108,9 @@ fn expand_swt(
         if let Some(valid) = swt::llm_agent_variants(&agent.name)
             && agent.command.is_none()
             && agent.image.is_none()
+            && let Some(bad) = agent.variants.iter().find(|v| !valid.contains(&v.as_str()))
         {
-            if let Some(bad) = agent.variants.iter().find(|v| !valid.contains(&v.as_str())) {
+            {
                 return Err(ExpandError(format!(
                     "agent `{}` has no variant `{bad}`; its variants are {}",
                     agent.name,
@@ -134,7 +136,9 @@ fn expand_swt(
                             },
                             (None, "gold", _) => SwtAgent::Gold,
                             (None, "issue-snippet", _) => SwtAgent::IssueSnippet,
-                            (None, _, Some(b)) if agent.command.is_some() || agent.image.is_some() => {
+                            (None, _, Some(b))
+                                if agent.command.is_some() || agent.image.is_some() =>
+                            {
                                 SwtAgent::External {
                                     name: agent.name.clone(),
                                     command: agent.command.clone().unwrap_or_default(),

@@ -51,15 +51,18 @@ pub fn fenced_blocks(text: &str) -> Vec<(String, String)> {
 pub fn test_patch_from_answer(answer: &str, default_path: &str) -> Option<String> {
     let blocks = fenced_blocks(answer);
     for (tag, body) in &blocks {
-        if (tag == "diff" || tag == "patch" || body.starts_with("diff --git") || body.starts_with("--- "))
+        if (tag == "diff"
+            || tag == "patch"
+            || body.starts_with("diff --git")
+            || body.starts_with("--- "))
             && patch::validate(Some(body)).is_ok()
         {
             return Some(body.clone());
         }
     }
-    let (_, code) = blocks
-        .iter()
-        .find(|(tag, b)| (tag == "python" || tag == "py" || tag.is_empty()) && b.contains("def test"))?;
+    let (_, code) = blocks.iter().find(|(tag, b)| {
+        (tag == "python" || tag == "py" || tag.is_empty()) && b.contains("def test")
+    })?;
     let path = answer
         .split(|c: char| c.is_whitespace() || c == '`' || c == '*' || c == '"' || c == '\'')
         .find(|w| w.ends_with(".py") && !w.starts_with('/') && !w.contains(".."))
@@ -71,7 +74,13 @@ pub fn test_patch_from_answer(answer: &str, default_path: &str) -> Option<String
 pub fn default_test_path(instance_id: &str) -> String {
     let slug: String = instance_id
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
         .collect();
     format!("tests/test_reproduce_{slug}.py")
 }
@@ -79,7 +88,11 @@ pub fn default_test_path(instance_id: &str) -> String {
 const ZSP_SYSTEM: &str = "zero-shot-plus: You write a test that reproduces a reported bug in a Python repository. The test must fail on the current code because of the bug, and pass once the bug is fixed.";
 
 /// `zero-shot-plus`: one call with the issue and retrieved code (`context`).
-pub async fn zero_shot_plus<L: Llm>(brief: &InstanceBrief, context: &str, llm: &mut L) -> BaselineOutcome {
+pub async fn zero_shot_plus<L: Llm>(
+    brief: &InstanceBrief,
+    context: &str,
+    llm: &mut L,
+) -> BaselineOutcome {
     let path = default_test_path(&brief.instance_id);
     let user = format!(
         "Repository: {repo}\n\n# Issue\n{issue}\n\n# Code that may be relevant (retrieved by BM25)\n{context}\n\n# Task\nWrite a pytest test reproducing the issue. Answer with a unified diff (```diff block) that adds the test, for example as a new file `{path}`, relative to the repository root. Do not change non-test code.",
@@ -161,7 +174,9 @@ pub async fn libro<L: Llm, W: Workspace>(
     let path = default_test_path(&brief.instance_id);
     let mut shots = String::new();
     for (issue, test) in LIBRO_EXAMPLES {
-        shots.push_str(&format!("# Issue\n{issue}\n# Reproducing test\n```python\n{test}```\n\n"));
+        shots.push_str(&format!(
+            "# Issue\n{issue}\n# Reproducing test\n```python\n{test}```\n\n"
+        ));
     }
     let user = format!(
         "{shots}# Issue\n{issue}\n# Reproducing test\n(repository {repo}; answer with one ```python block holding a complete pytest file)",
@@ -191,12 +206,15 @@ pub async fn libro<L: Llm, W: Workspace>(
                 .find(|(_, b)| b.contains("def test"))
                 .map(|(_, b)| b)
         }) else {
-            out.candidates.push(json!({"sample": i, "status": "no test in the answer"}));
+            out.candidates
+                .push(json!({"sample": i, "status": "no test in the answer"}));
             continue;
         };
         first_valid.get_or_insert_with(|| code.clone());
         let entry = match ws.run_test(&path, &code).await {
-            Ok(run) if run.exit_code == Some(0) => json!({"sample": i, "status": "passes on the buggy code"}),
+            Ok(run) if run.exit_code == Some(0) => {
+                json!({"sample": i, "status": "passes on the buggy code"})
+            }
             Ok(run) if is_setup_failure(&run) => json!({"sample": i, "status": "setup failure"}),
             Ok(run) => {
                 let sig = failure_signature(&run.output);
@@ -219,10 +237,11 @@ pub fn choose_libro(failing: &[(String, String)]) -> Option<String> {
     for (sig, code) in failing {
         clusters.entry(sig).or_default().push(code);
     }
-    clusters
-        .values()
-        .max_by_key(|c| c.len())
-        .and_then(|c| c.iter().min_by_key(|code| code.len()).map(|s| s.to_string()))
+    clusters.values().max_by_key(|c| c.len()).and_then(|c| {
+        c.iter()
+            .min_by_key(|code| code.len())
+            .map(|s| s.to_string())
+    })
 }
 
 #[cfg(test)]
@@ -233,8 +252,12 @@ mod tests {
     fn answers_become_patches() {
         let diff = "diff --git a/tests/test_x.py b/tests/test_x.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/test_x.py\n@@ -0,0 +1,2 @@\n+def test_x():\n+    assert False\n";
         let a = format!("Here:\n```diff\n{diff}```\nDone.");
-        assert_eq!(test_patch_from_answer(&a, "tests/t.py").as_deref(), Some(diff));
-        let b = "Put this in `tests/test_bug.py`:\n```python\ndef test_bug():\n    assert 1 == 2\n```";
+        assert_eq!(
+            test_patch_from_answer(&a, "tests/t.py").as_deref(),
+            Some(diff)
+        );
+        let b =
+            "Put this in `tests/test_bug.py`:\n```python\ndef test_bug():\n    assert 1 == 2\n```";
         let p = test_patch_from_answer(b, "tests/t.py").unwrap();
         assert!(p.contains("+++ b/tests/test_bug.py"));
         assert!(p.contains("+    assert 1 == 2"));
@@ -257,6 +280,9 @@ mod tests {
             output: "E   ModuleNotFoundError: No module named 'x'".into(),
         };
         assert!(is_setup_failure(&setup));
-        assert_eq!(failure_signature("a\nE   assert 12 == 3\nfoo"), "E   assert  ==");
+        assert_eq!(
+            failure_signature("a\nE   assert 12 == 3\nfoo"),
+            "E   assert  =="
+        );
     }
 }

@@ -92,7 +92,11 @@ pub fn error_of(status: u16, body: &Value) -> LlmError {
 }
 
 impl Llm for GatewayLlm {
-    async fn chat(&mut self, messages: &[Value], tools: &[Value]) -> Result<AssistantTurn, LlmError> {
+    async fn chat(
+        &mut self,
+        messages: &[Value],
+        tools: &[Value],
+    ) -> Result<AssistantTurn, LlmError> {
         let mut body = json!({ "model": "default", "messages": messages });
         if !tools.is_empty() {
             body["tools"] = Value::Array(tools.to_vec());

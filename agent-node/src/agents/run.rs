@@ -1,6 +1,7 @@
 //! Runs an SWT task's agent on the node: a checkout and a gateway key for the task, then the
 //! built-in agent or the external command, then the test patch and the metered usage.
 
+use super::InstanceBrief;
 use super::baselines;
 use super::checkout;
 use super::external::{self, ExternalInvocation};
@@ -8,7 +9,6 @@ use super::llm_client::GatewayLlm;
 use super::reproagent;
 use super::tools::bm25;
 use super::workspace::SandboxWorkspace;
-use super::InstanceBrief;
 use crate::gateway::{Gateway, TaskBudget, Usage};
 use crate::sandbox::{Limits, Prepared, Sandbox};
 use reprobench_proto::sweep::{BackboneSpec, Budget};
@@ -126,18 +126,23 @@ pub async fn run_builtin(
     ) {
         Ok(k) => k,
         Err(e) => {
-            product.error = Some((FailureClass::BadInput, "bad_input:backbone".into(), e.to_string()));
+            product.error = Some((
+                FailureClass::BadInput,
+                "bad_input:backbone".into(),
+                e.to_string(),
+            ));
             return Some(product);
         }
     };
-    let checkout = match checkout::checkout(setup.mirror, &setup.instance.base_commit, setup.scratch).await {
-        Ok(c) => c,
-        Err(e) => {
-            setup.gateway.close_task(&key);
-            product.error = infra("checkout", e);
-            return Some(product);
-        }
-    };
+    let checkout =
+        match checkout::checkout(setup.mirror, &setup.instance.base_commit, setup.scratch).await {
+            Ok(c) => c,
+            Err(e) => {
+                setup.gateway.close_task(&key);
+                product.error = infra("checkout", e);
+                return Some(product);
+            }
+        };
     let ws = SandboxWorkspace::new(
         checkout.path(),
         setup.sandbox.clone(),
@@ -157,7 +162,13 @@ pub async fn run_builtin(
                     Ok(v) => v,
                     Err(e) => {
                         let e = e.to_string();
-                        return (None, json!({"error": e}), None, None, Some((FailureClass::BadInput, "bad_input:variant".to_string(), e)));
+                        return (
+                            None,
+                            json!({"error": e}),
+                            None,
+                            None,
+                            Some((FailureClass::BadInput, "bad_input:variant".to_string(), e)),
+                        );
                     }
                 };
                 let limits = reproagent::Limits {
@@ -184,7 +195,13 @@ pub async fn run_builtin(
                     "reviews": out.reviews.len(),
                     "stopped_by": out.stopped_by,
                 });
-                (out.test_patch.clone(), summary, Some(out.feedback_iterations), correct, err)
+                (
+                    out.test_patch.clone(),
+                    summary,
+                    Some(out.feedback_iterations),
+                    correct,
+                    err,
+                )
             }
             "zero-shot-plus" => {
                 let context = retrieved_context(&ws, &brief.problem_statement);
@@ -215,6 +232,13 @@ pub async fn run_builtin(
         r = tokio::time::timeout(hard_stop, work) => Some(r),
         _ = cancel.cancelled() => None,
     };
+    let result = result.map(|r| {
+        r.map(|(patch, summary, iterations, correct, err)| {
+            let patch =
+                patch.map(|p| super::workspace::relocate_new_file_patch(checkout.path(), p));
+            (patch, summary, iterations, correct, err)
+        })
+    });
     product.usage = setup.gateway.close_task(&key).unwrap_or_default();
     let r = result?;
     match r {
@@ -248,7 +272,10 @@ type Produced = (
 );
 
 fn baseline_result(out: baselines::BaselineOutcome, dir: &Path, file: &str) -> Produced {
-    let _ = std::fs::write(dir.join(file), serde_json::to_vec_pretty(&out).unwrap_or_default());
+    let _ = std::fs::write(
+        dir.join(file),
+        serde_json::to_vec_pretty(&out).unwrap_or_default(),
+    );
     let err = out
         .stopped_by
         .as_deref()
@@ -298,18 +325,23 @@ pub async fn run_external(
     ) {
         Ok(k) => k,
         Err(e) => {
-            product.error = Some((FailureClass::BadInput, "bad_input:backbone".into(), e.to_string()));
+            product.error = Some((
+                FailureClass::BadInput,
+                "bad_input:backbone".into(),
+                e.to_string(),
+            ));
             return Some(product);
         }
     };
-    let checkout = match checkout::checkout(setup.mirror, &setup.instance.base_commit, setup.scratch).await {
-        Ok(c) => c,
-        Err(e) => {
-            setup.gateway.close_task(&key);
-            product.error = infra("checkout", e);
-            return Some(product);
-        }
-    };
+    let checkout =
+        match checkout::checkout(setup.mirror, &setup.instance.base_commit, setup.scratch).await {
+            Ok(c) => c,
+            Err(e) => {
+                setup.gateway.close_task(&key);
+                product.error = infra("checkout", e);
+                return Some(product);
+            }
+        };
     let agent_dir = setup.artifacts.join("agent");
     let _ = std::fs::create_dir_all(&agent_dir);
     let instance_file = setup.artifacts.join("instance.json");
@@ -338,12 +370,20 @@ pub async fn run_external(
     product.error = if let Some(e) = end.start_error {
         Some((FailureClass::BadInput, "bad_input:agent_command".into(), e))
     } else if end.timed_out {
-        Some((FailureClass::None, "agent_timeout".into(), format!("killed at the {} min budget", budget.max_minutes)))
+        Some((
+            FailureClass::None,
+            "agent_timeout".into(),
+            format!("killed at the {} min budget", budget.max_minutes),
+        ))
     } else if end.exit_code != Some(0) {
         Some((
             FailureClass::None,
             "agent_failed".into(),
-            format!("the agent exited with {:?}; see {}", end.exit_code, end.log.display()),
+            format!(
+                "the agent exited with {:?}; see {}",
+                end.exit_code,
+                end.log.display()
+            ),
         ))
     } else {
         None

@@ -114,6 +114,43 @@ pub fn cap(text: &str) -> String {
     )
 }
 
+/// `path`, or beside it under a new name when the repository already has a file there (a new
+/// test file must not collide with an existing one, or its patch would not apply).
+pub fn unused_test_path(root: &std::path::Path, path: &str) -> String {
+    if !root.join(path).exists() {
+        return path.to_string();
+    }
+    let stem = path.strip_suffix(".py").unwrap_or(path);
+    (1..)
+        .map(|i| {
+            if i == 1 {
+                format!("{stem}_reproduction.py")
+            } else {
+                format!("{stem}_reproduction_{i}.py")
+            }
+        })
+        .find(|p| !root.join(p).exists())
+        .expect("some name is free")
+}
+
+/// A new-file test patch moved to an unused path when its target already exists in `root`
+/// (the same renaming [`SandboxWorkspace`] applies when it runs the test).
+pub fn relocate_new_file_patch(root: &std::path::Path, test_patch: String) -> String {
+    let files = patch::diff_files(&test_patch);
+    let [file] = files.as_slice() else {
+        return test_patch;
+    };
+    match (&file.old, &file.new) {
+        (None, Some(path)) if root.join(path).exists() => {
+            let fresh = unused_test_path(root, path);
+            test_patch
+                .replace(&format!("a/{path}"), &format!("a/{fresh}"))
+                .replace(&format!("b/{path}"), &format!("b/{fresh}"))
+        }
+        _ => test_patch,
+    }
+}
+
 /// Specs of the tools that run in the sandbox.
 pub fn sandbox_tool_specs() -> Vec<Value> {
     vec![
@@ -133,8 +170,9 @@ pub fn sandbox_tool_specs() -> Vec<Value> {
 }
 
 fn string_arg(arguments: &str, field: &str) -> Result<String, String> {
-    let v: Value = serde_json::from_str(arguments)
-        .map_err(|e| format!("error: arguments are not a JSON object ({e}); expected {{\"{field}\": \"...\"}}"))?;
+    let v: Value = serde_json::from_str(arguments).map_err(|e| {
+        format!("error: arguments are not a JSON object ({e}); expected {{\"{field}\": \"...\"}}")
+    })?;
     v.get(field)
         .and_then(Value::as_str)
         .map(str::to_string)
@@ -165,7 +203,8 @@ impl Workspace for SandboxWorkspace {
                         contents: code.into_bytes(),
                         mode: 0o644,
                     };
-                    self.run_command(vec![file], vec!["python".into(), path]).await
+                    self.run_command(vec![file], vec!["python".into(), path])
+                        .await
                 }
                 Err(e) => e,
             },
@@ -176,6 +215,7 @@ impl Workspace for SandboxWorkspace {
     async fn run_test(&self, path: &str, contents: &str) -> Result<TestRun, String> {
         crate::sandbox::check_relative_path(path).map_err(|e| e.to_string())?;
         self.test_runs.fetch_add(1, Ordering::Relaxed);
+        let path = &unused_test_path(self.tools.repo().root(), path);
         let diff = patch::new_file_diff(path, contents);
         let files = patch::diff_files(&diff);
         let directives = patch::test_directives(&files, &self.directive_style);
@@ -208,7 +248,9 @@ impl Workspace for SandboxWorkspace {
             .map_err(|e| format!("the sandbox could not run the test: {e}"))?;
         let report = script::read(&out.output, &nonce);
         if report.apply_failed.is_some() {
-            return Err(format!("the test file {path} could not be written into the repository"));
+            return Err(format!(
+                "the test file {path} could not be written into the repository"
+            ));
         }
         Ok(TestRun {
             exit_code: if report.started { out.exit_code } else { None },

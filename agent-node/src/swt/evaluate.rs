@@ -392,9 +392,10 @@ impl SwtExecutor {
                 .as_ref()
                 .and_then(|p| p.error.as_ref())
                 .map(|(c, k, m)| (*c, k.as_str(), m.clone()));
-            let (class, error_class, message) = error
-                .or(agent_error)
-                .unwrap_or((FailureClass::None, "", String::new()));
+            let (class, error_class, message) =
+                error
+                    .or(agent_error)
+                    .unwrap_or((FailureClass::None, "", String::new()));
             let mut outcome = Outcome {
                 success,
                 verdict: verdict.into(),
