@@ -160,7 +160,10 @@ pub fn failure_signature(output: &str) -> String {
             let t = l.trim_start();
             t.starts_with("E ") || t.contains("Error:") || t.contains("Error")
         })
-        .map(|l| l.trim().chars().filter(|c| !c.is_ascii_digit()).collect())
+        .map(|l| {
+            let without_numbers: String = l.chars().filter(|c| !c.is_ascii_digit()).collect();
+            without_numbers.trim().to_string()
+        })
         .unwrap_or_default()
 }
 
