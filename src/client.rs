@@ -121,6 +121,12 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
                 crate::datasets::ensure_mirrors(&ds, &a.node.settings().repos)?;
             }
         }
+        if let Some(replay) = &a.node.replay {
+            eprintln!(
+                "REPLAY: LLM answers come from the transcripts in {}; no backbone is called",
+                replay.display()
+            );
+        }
         let slots = if a.node_slots.is_empty() {
             needed_slots(&spec)
         } else {

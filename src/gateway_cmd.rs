@@ -72,6 +72,10 @@ pub async fn gateway(a: GatewayArgs) -> Result<()> {
     let gw = Gateway::start(a.listen, config)
         .await
         .with_context(|| format!("cannot start the gateway on {}", a.listen))?;
+    // Registered before the address is printed, so a client that stops us right away is heard.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
     if gw.is_replay() {
         eprintln!(
             "gateway (REPLAY of {}: no model is called) on {}",
@@ -96,7 +100,10 @@ pub async fn gateway(a: GatewayArgs) -> Result<()> {
         gw.base_url(),
         gw.local_addr()
     );
-    tokio::signal::ctrl_c().await.ok();
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
     let totals = gw.totals();
     println!("{}", serde_json::to_string_pretty(&totals)?);
     gw.shutdown().await;

@@ -53,8 +53,8 @@ fn write_subset(dir: &Path, rows: &[Value]) -> PathBuf {
     d
 }
 
-/// A reproduction test for an instance, made from its golden test patch: the import lines of the
-/// test file it changes and the test functions it adds, as a new file.
+/// A reproduction test for an instance, made from its golden test patch: the test file it
+/// changes, as it reads after the patch, written as a new file.
 fn reproduction_test(row: &Value, repos: &Path) -> String {
     let patch = row["test_patch"].as_str().unwrap();
     let file = patch
@@ -63,31 +63,25 @@ fn reproduction_test(row: &Value, repos: &Path) -> String {
         .unwrap()
         .to_string();
     let mirror = repos.join(row["repo"].as_str().unwrap().replace('/', "__") + ".git");
-    let base = Command::new("git")
-        .arg("-C")
-        .arg(&mirror)
-        .args([
-            "show",
-            &format!("{}:{file}", row["base_commit"].as_str().unwrap()),
-        ])
-        .output()
-        .unwrap();
-    let original = String::from_utf8_lossy(&base.stdout);
-    let mut out: String = original
-        .lines()
-        .filter(|l| l.starts_with("import ") || l.starts_with("from "))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    out.push('\n');
-    for l in patch.lines() {
-        if let Some(added) = l.strip_prefix('+')
-            && !l.starts_with("+++")
-        {
-            out.push_str(added);
-            out.push('\n');
-        }
-    }
-    out
+    let work = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(work.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["clone", "-q", &mirror.to_string_lossy(), "."]);
+    git(&["checkout", "-q", row["base_commit"].as_str().unwrap()]);
+    std::fs::write(work.path().join("gold.patch"), patch).unwrap();
+    git(&["apply", "gold.patch"]);
+    std::fs::read_to_string(work.path().join(&file)).unwrap()
 }
 
 fn message(content: &str) -> ScriptedReply {
@@ -124,7 +118,13 @@ fn responder(
             }
             _ => {}
         }
-        let text = req.body["messages"].to_string();
+        let text: String = req.body["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["content"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
         let system = req.body["messages"][0]["content"]
             .as_str()
             .unwrap_or("")
@@ -276,7 +276,10 @@ fn run_sweep(s: &Setup, spec: &str) -> Vec<Value> {
 }
 
 fn scripted(s: &Setup, rt: &tokio::runtime::Runtime) -> ScriptedUpstream {
-    let repos = s.dir.path().join("repos");
+    scripted_with_repos(s, &s.dir.path().join("repos"), rt)
+}
+
+fn scripted_with_repos(s: &Setup, repos: &Path, rt: &tokio::runtime::Runtime) -> ScriptedUpstream {
     let tests: BTreeMap<String, (String, String)> = s
         .rows
         .iter()
@@ -295,7 +298,7 @@ fn scripted(s: &Setup, rt: &tokio::runtime::Runtime) -> ScriptedUpstream {
                 .find_map(|l| l.strip_prefix("+++ b/"))
                 .unwrap()
                 .to_string();
-            (title, (reproduction_test(r, &repos), golden))
+            (title, (reproduction_test(r, repos), golden))
         })
         .collect();
     rt.block_on(ScriptedUpstream::start(responder(tests)))
@@ -461,4 +464,201 @@ fn a_call_budget_stops_the_agent_and_what_it_has_is_evaluated() {
         .filter(|q| !matches!(q.index % 13, 3 | 7))
         .count();
     assert!(answered <= 3 * s.rows.len(), "{answered} answered calls");
+}
+
+/// One HTTP/1.1 exchange on loopback: (status, body).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    key: Option<&str>,
+    body: Option<&Value>,
+) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    let auth = key
+        .map(|k| format!("Authorization: Bearer {k}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw).unwrap();
+    let status = raw.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn the_standalone_gateway_meters_each_client_key_and_enforces_the_budget() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let upstream = rt.block_on(ScriptedUpstream::start(|_req: &ScriptedRequest| {
+        message("pong")
+    }));
+    let backbone = dir.path().join("backbone.toml");
+    std::fs::write(
+        &backbone,
+        format!(
+            "[[backbones]]\nname = \"scripted\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\napi_key_env = \"RB_TEST_LLM_KEY\"\nprice = {{ input_per_mtok = 2.0, output_per_mtok = 8.0, cached_input_per_mtok = 0.5 }}\n[budget]\nmax_llm_calls = 2\n",
+            upstream.base_url()
+        ),
+    )
+    .unwrap();
+    let transcripts = dir.path().join("transcripts");
+    let mut child = Command::new(bin())
+        .args(["gateway", "--listen", "127.0.0.1:0", "--backbone"])
+        .arg(&backbone)
+        .arg("--transcripts")
+        .arg(&transcripts)
+        .env("RB_TEST_LLM_KEY", SECRET)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "gateway exited before listening"
+        );
+        if let Some(rest) = line.split("http://").nth(1) {
+            break rest.split('/').next().unwrap().to_string();
+        }
+    };
+    let ask = json!({"model": "anything", "messages": [{"role": "user", "content": "ping"}]});
+    for (key, want) in [
+        ("alice-token", 200),
+        ("alice-token", 200),
+        ("alice-token", 402),
+        ("bob-token", 200),
+    ] {
+        let (status, body) = http(&addr, "POST", "/v1/chat/completions", Some(key), Some(&ask));
+        assert_eq!(status, want, "{key}: {body}");
+        if status == 402 {
+            assert!(body.contains("budget_exceeded"), "{body}");
+        }
+    }
+    let (status, body) = http(&addr, "GET", "/v1/usage?per_task=true", None, None);
+    assert_eq!(status, 200);
+    let usage: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(usage["calls"], 3);
+    assert_eq!(usage["tokens_in"], 3 * PROMPT_TOKENS);
+    assert_eq!(usage["tokens_cached"], 3 * CACHED_TOKENS);
+    assert!((usage["cost_usd"].as_f64().unwrap() - 3.0 * COST_PER_CALL).abs() < 1e-12);
+    assert_eq!(usage["budget_rejections"], 1);
+    assert_eq!(usage["tasks"].as_object().unwrap().len(), 2, "{usage}");
+    let (_, metrics) = http(&addr, "GET", "/metrics", None, None);
+    assert!(
+        metrics.contains("reprobench_gateway_calls_total"),
+        "{metrics}"
+    );
+    // Ctrl-C: the gateway prints its totals and exits.
+    // SAFETY: plain syscall on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let totals: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(totals["calls"], 3);
+    let mut files = Vec::new();
+    files_under(&transcripts, &mut files);
+    assert_eq!(files.len(), 2, "one transcript per client key");
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for secret in [SECRET, "alice-token", "bob-token"] {
+            assert!(!text.contains(secret), "{} holds {secret}", f.display());
+        }
+    }
+    assert!(
+        upstream
+            .requests()
+            .iter()
+            .all(|q| q.authorization.as_deref() == Some(&format!("Bearer {SECRET}")[..]))
+    );
+}
+
+#[test]
+fn quickstart_also_runs_the_llm_agents_when_a_backbone_is_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args(["datasets", "prepare", "swt-mini"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<Value> = std::fs::read_to_string(datasets().join("swt-mini/instances.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let s = Setup {
+        dir: tempfile::tempdir().unwrap(),
+        dataset: datasets().join("swt-mini"),
+        rows,
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let upstream = scripted_with_repos(&s, &datasets().join("repos"), &rt);
+    let data = dir.path().join("data");
+    let out = Command::new(bin())
+        .args(["quickstart", "--json", "--data"])
+        .arg(&data)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("REPROBENCH_BASE_URL", upstream.base_url())
+        .env("REPROBENCH_MODEL", "scripted-model")
+        .env("REPROBENCH_API_KEY", SECRET)
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "quickstart failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = Command::new(bin())
+        .args([
+            "results",
+            summary["run_id"].as_str().unwrap(),
+            "--format",
+            "jsonl",
+            "--data",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let rows: Vec<Value> = String::from_utf8_lossy(&results.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for agent in ["reproagent", "zero-shot-plus"] {
+        let mine: Vec<&Value> = rows.iter().filter(|r| r["agent"] == agent).collect();
+        assert_eq!(
+            mine.len(),
+            s.rows.len(),
+            "{agent} ran on every swt-mini instance"
+        );
+        for r in mine {
+            assert_eq!(r["verdict"], "resolved", "{r}");
+            assert!(r["llm_calls"].as_u64().unwrap() >= 1, "{r}");
+            assert_eq!(r["backbone"], "scripted-model");
+        }
+    }
+    assert_eq!(
+        rows.iter().filter(|r| r["agent"] == "gold").count(),
+        s.rows.len()
+    );
 }

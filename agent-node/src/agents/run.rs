@@ -258,6 +258,7 @@ pub async fn run_builtin(
         }
     }
     let (runs, commands) = ws.runs();
+    product.summary["replay"] = setup.gateway.is_replay().into();
     product.summary["test_runs"] = runs.into();
     product.summary["sandbox_commands"] = commands.into();
     Some(product)
@@ -362,6 +363,7 @@ pub async fn run_external(
     product.usage = setup.gateway.close_task(&key).unwrap_or_default();
     let end = end?;
     product.summary = json!({
+        "replay": setup.gateway.is_replay(),
         "exit_code": end.exit_code,
         "timed_out": end.timed_out,
         "log": end.log.display().to_string(),
