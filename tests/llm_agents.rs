@@ -232,6 +232,10 @@ fn setup() -> Setup {
 }
 
 fn run_sweep(s: &Setup, spec: &str) -> Vec<Value> {
+    run_sweep_with(s, spec, &[])
+}
+
+fn run_sweep_with(s: &Setup, spec: &str, extra: &[&str]) -> Vec<Value> {
     let path = s.dir.path().join("sweep.toml");
     std::fs::write(&path, spec).unwrap();
     let data = s.dir.path().join("data");
@@ -247,7 +251,10 @@ fn run_sweep(s: &Setup, spec: &str) -> Vec<Value> {
         .arg(s.dir.path().join("repos"))
         .arg("--cache-dir")
         .arg(s.dir.path().join("cache"))
-        .env("RB_TEST_LLM_KEY", SECRET);
+        .args(extra);
+    if extra.is_empty() {
+        run.env("RB_TEST_LLM_KEY", SECRET);
+    }
     let out = run.output().unwrap();
     assert!(
         out.status.success(),
@@ -661,4 +668,48 @@ fn quickstart_also_runs_the_llm_agents_when_a_backbone_is_configured() {
         rows.iter().filter(|r| r["agent"] == "gold").count(),
         s.rows.len()
     );
+}
+
+#[test]
+fn a_replayed_run_gets_the_same_answers_without_calling_the_backbone() {
+    let s = setup();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let upstream = scripted(&s, &rt);
+    let agents = "[[agents]]\nname = \"reproagent\"\n[[agents]]\nname = \"zero-shot-plus\"\n";
+    let recorded = run_sweep(&s, &sweep(&s.dataset, &upstream.base_url(), agents, ""));
+    let calls_before = upstream.requests().len();
+    let run_id = recorded[0]["run_id"].as_str().unwrap();
+    let transcripts = s.dir.path().join("cache/artifacts").join(run_id);
+    // The backbone now points nowhere and its key is not set: only the replay can answer.
+    let replayed = run_sweep_with(
+        &s,
+        &sweep(&s.dataset, "http://127.0.0.1:9/v1", agents, ""),
+        &["--replay", transcripts.to_str().unwrap()],
+    );
+    assert_eq!(
+        upstream.requests().len(),
+        calls_before,
+        "the replay called the upstream"
+    );
+    let cell = |r: &Value| format!("{}/{}/{}", r["instance_id"], r["agent"], r["variant"]);
+    let before: BTreeMap<String, &Value> = recorded.iter().map(|r| (cell(r), r)).collect();
+    assert_eq!(replayed.len(), recorded.len());
+    for r in &replayed {
+        let was = before[&cell(r)];
+        for field in [
+            "verdict",
+            "llm_calls",
+            "tokens_in",
+            "tokens_out",
+            "cost_usd",
+        ] {
+            assert_eq!(r[field], was[field], "{}: {field}", cell(r));
+        }
+        let report: Value = serde_json::from_slice(
+            &std::fs::read(Path::new(r["artifact_path"].as_str().unwrap()).join("report.json"))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(report["agent"]["replay"], true, "{}", cell(r));
+    }
 }

@@ -1,5 +1,7 @@
 //! Replay: recorded transcript lines indexed by request hash; the k-th identical request
-//! gets the k-th recording.
+//! gets the k-th recording. When a task's request has no recording with its hash (a tool or
+//! test output in it differs, e.g. a timing), the task's next unused recording in recording
+//! order answers it, so a re-run of the same agent gets the same sequence of answers.
 
 use super::transcript::TranscriptLine;
 use reprobench_proto::swt::Fnv;
@@ -66,6 +68,7 @@ pub struct ReplayLoadError {
 struct Recording {
     line: TranscriptLine,
     used: bool,
+    seq: usize,
 }
 
 /// Recorded calls by request hash, consumed in recording order.
@@ -75,18 +78,26 @@ pub struct ReplayIndex {
 }
 
 impl ReplayIndex {
-    /// Loads a transcript file, or every `*.jsonl` file in a directory (sorted by name).
+    /// Loads a transcript file, or every `*.jsonl` file under a directory (recursively, sorted
+    /// by path: a run's artifact directory holds one `transcript.jsonl` per task).
     pub fn load(source: &Path) -> Result<ReplayIndex, ReplayLoadError> {
         let fail = |path: &Path, message: String| ReplayLoadError {
             path: path.to_path_buf(),
             message,
         };
         let files = if source.is_dir() {
-            let entries = std::fs::read_dir(source).map_err(|e| fail(source, e.to_string()))?;
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                .collect();
+            let mut files = Vec::new();
+            let mut dirs = vec![source.to_path_buf()];
+            while let Some(dir) = dirs.pop() {
+                let entries = std::fs::read_dir(&dir).map_err(|e| fail(&dir, e.to_string()))?;
+                for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+                    if path.is_dir() && !path.is_symlink() {
+                        dirs.push(path);
+                    } else if path.extension().is_some_and(|x| x == "jsonl") {
+                        files.push(path);
+                    }
+                }
+            }
             files.sort();
             files
         } else {
@@ -114,11 +125,15 @@ impl ReplayIndex {
     /// Indexes lines already in memory; `source` names them in error messages.
     pub fn from_lines(source: &Path, lines: Vec<TranscriptLine>) -> ReplayIndex {
         let mut by_hash: HashMap<String, Vec<Recording>> = HashMap::new();
-        for line in lines {
+        for (seq, line) in lines.into_iter().enumerate() {
             by_hash
                 .entry(line.request_hash.clone())
                 .or_default()
-                .push(Recording { line, used: false });
+                .push(Recording {
+                    line,
+                    used: false,
+                    seq,
+                });
         }
         ReplayIndex {
             source: source.to_path_buf(),
@@ -141,15 +156,27 @@ impl ReplayIndex {
         self.len() == 0
     }
 
-    /// Takes the next unused recording of `hash`, preferring ones recorded for `task`.
+    /// Takes the next unused recording of `hash`, preferring ones recorded for `task`; failing
+    /// that, `task`'s next unused recording in recording order.
     pub fn take(&mut self, task: &str, hash: &str) -> Option<TranscriptLine> {
-        let recordings = self.by_hash.get_mut(hash)?;
-        let pos = recordings
-            .iter()
-            .position(|r| !r.used && r.line.task == task)
-            .or_else(|| recordings.iter().position(|r| !r.used))?;
-        recordings[pos].used = true;
-        Some(recordings[pos].line.clone())
+        if let Some(recordings) = self.by_hash.get_mut(hash) {
+            let pos = recordings
+                .iter()
+                .position(|r| !r.used && r.line.task == task)
+                .or_else(|| recordings.iter().position(|r| !r.used));
+            if let Some(pos) = pos {
+                recordings[pos].used = true;
+                return Some(recordings[pos].line.clone());
+            }
+        }
+        let next = self
+            .by_hash
+            .values_mut()
+            .flat_map(|v| v.iter_mut())
+            .filter(|r| !r.used && r.line.task == task)
+            .min_by_key(|r| r.seq)?;
+        next.used = true;
+        Some(next.line.clone())
     }
 }
 
@@ -207,5 +234,26 @@ mod tests {
         assert_eq!(index.take("t1", "h").unwrap().response["answer"], "second");
         assert!(index.take("t1", "h").is_none());
         assert!(index.take("t1", "missing").is_none());
+    }
+
+    #[test]
+    fn a_changed_request_gets_its_tasks_next_recording() {
+        let mut index = ReplayIndex::from_lines(
+            Path::new("rec"),
+            vec![
+                line("t1", "a", "first"),
+                line("t2", "x", "other task"),
+                line("t1", "b", "second"),
+                line("t1", "c", "third"),
+            ],
+        );
+        assert_eq!(index.take("t1", "a").unwrap().response["answer"], "first");
+        // The second request differs (say, a test timing in it): answered in order.
+        assert_eq!(index.take("t1", "b2").unwrap().response["answer"], "second");
+        assert_eq!(index.take("t1", "c").unwrap().response["answer"], "third");
+        assert!(
+            index.take("t1", "d").is_none(),
+            "t2's recordings are not t1's"
+        );
     }
 }

@@ -311,9 +311,17 @@ impl SwtExecutor {
                     mirror: &recipe.mirror,
                     scratch: &self.cache.join("checkouts"),
                     artifacts: &artifact_dir,
+                    // Stable across runs, so a replay finds this cell's recordings.
                     task: format!(
-                        "{}-t{}-e{}",
-                        spec.run_id, spec.attempt.task_id, spec.attempt.epoch
+                        "{}/{}/{}/{}",
+                        inst.instance_id,
+                        spec.agent,
+                        spec.variant,
+                        match &payload.agent {
+                            SwtAgent::Llm { backbone, .. }
+                            | SwtAgent::External { backbone, .. } => backbone.name.as_str(),
+                            _ => "",
+                        }
                     ),
                     limits: limits.clone(),
                 };
