@@ -1,5 +1,5 @@
 //! LLM agents end to end through the cluster: `reproagent` (each variant), `zero-shot-plus`,
-//! `libro` and an external Python agent on a subset of swt-mini, their calls answered by a
+//! `libro` and an external Python agent on swt-mini, their calls answered by a
 //! scripted OpenAI-compatible server started by this test (not a model), metered by each node's
 //! gateway, and their test patches evaluated SWT-bench style with the process executor.
 
@@ -26,7 +26,7 @@ fn datasets() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets")
 }
 
-/// The swt-mini rows used here: the first instance of each repository.
+/// The swt-mini rows the smaller tests use: the first instance of two repositories.
 fn subset() -> Vec<Value> {
     let mut seen = std::collections::BTreeSet::new();
     std::fs::read_to_string(datasets().join("swt-mini/instances.jsonl"))
@@ -210,10 +210,21 @@ struct Setup {
 }
 
 fn setup() -> Setup {
+    setup_with(subset())
+}
+
+fn all_of_swt_mini() -> Vec<Value> {
+    std::fs::read_to_string(datasets().join("swt-mini/instances.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn setup_with(rows: Vec<Value>) -> Setup {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let rows = subset();
     let dataset = write_subset(dir.path(), &rows);
     // Build the mirrors first, so the scripted answers can read the test files at the base commit.
     let out = Command::new(bin())
@@ -333,7 +344,7 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_agent_and_variant_runs_metered_through_the_cluster() {
-    let s = setup();
+    let s = setup_with(all_of_swt_mini());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let upstream = scripted(&s, &rt);
     let agent_py = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny_agent.py");
@@ -607,11 +618,7 @@ fn quickstart_also_runs_the_llm_agents_when_a_backbone_is_configured() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let rows: Vec<Value> = std::fs::read_to_string(datasets().join("swt-mini/instances.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = all_of_swt_mini();
     let s = Setup {
         dir: tempfile::tempdir().unwrap(),
         dataset: datasets().join("swt-mini"),
@@ -711,5 +718,65 @@ fn a_replayed_run_gets_the_same_answers_without_calling_the_backbone() {
         )
         .unwrap();
         assert_eq!(report["agent"]["replay"], true, "{}", cell(r));
+    }
+}
+
+/// Whether the Docker engine and the base image are here; with `REPROBENCH_REQUIRE_DOCKER=1`
+/// their absence fails the test instead.
+fn docker_ready() -> bool {
+    let ok = Command::new("docker")
+        .args(["image", "inspect", "reprobench/python-base:bookworm"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("REPROBENCH_REQUIRE_DOCKER").as_deref() != Ok("1"),
+            "REPROBENCH_REQUIRE_DOCKER=1 but the Docker engine or the base image is missing: run `reprobench images bootstrap`"
+        );
+        eprintln!("skipped: no Docker engine or no base image (run `reprobench images bootstrap`)");
+    }
+    ok
+}
+
+#[test]
+fn an_external_agent_packaged_as_a_local_image_runs_unchanged_and_metered() {
+    if !docker_ready() {
+        return;
+    }
+    let s = setup();
+    let context = s.dir.path().join("agent-image");
+    std::fs::create_dir_all(&context).unwrap();
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny_agent.py"),
+        context.join("tiny_agent.py"),
+    )
+    .unwrap();
+    std::fs::write(
+        context.join("Dockerfile"),
+        "FROM reprobench/python-base:bookworm\nCOPY tiny_agent.py /agent/tiny_agent.py\nENTRYPOINT [\"python3\", \"/agent/tiny_agent.py\"]\n",
+    )
+    .unwrap();
+    let tag = "reprobench-test/tiny-agent:1";
+    let built = Command::new("docker")
+        .args(["build", "-q", "-t", tag])
+        .arg(&context)
+        .env("DOCKER_BUILDKIT", "0")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let upstream = scripted(&s, &rt);
+    let agents = format!("[[agents]]\nname = \"tiny-image\"\nimage = \"{tag}\"\n");
+    let rows = run_sweep(&s, &sweep(&s.dataset, &upstream.base_url(), &agents, ""));
+    assert_eq!(rows.len(), s.rows.len());
+    for r in &rows {
+        assert_eq!(r["verdict"], "resolved", "{r}");
+        assert_eq!(r["llm_calls"], 1, "{r}");
+        assert_eq!(r["tokens_in"], PROMPT_TOKENS);
+        assert!(r["error_class"].is_null(), "{r}");
     }
 }

@@ -11,6 +11,7 @@ use std::future::Future;
 pub mod baselines;
 pub mod checkout;
 pub mod external;
+pub mod external_image;
 pub mod llm_client;
 pub mod reproagent;
 pub mod run;

@@ -310,14 +310,6 @@ pub async fn run_external(
     cancel: &CancellationToken,
 ) -> Option<AgentProduct> {
     let mut product = AgentProduct::default();
-    if image.is_some() {
-        product.error = Some((
-            FailureClass::BadInput,
-            "bad_input:agent".into(),
-            "external agents packaged as images are not supported by this build yet; give `command` instead".into(),
-        ));
-        return Some(product);
-    }
     let key = match setup.gateway.open_task(
         &setup.task,
         backbone,
@@ -359,7 +351,10 @@ pub async fn run_external(
         model: &backbone.name,
         timeout: Duration::from_secs_f64(budget.max_minutes.max(0.1) * 60.0),
     };
-    let end = external::run(&inv, cancel).await;
+    let end = match image {
+        Some(image) => super::external_image::run(&inv, image, setup.artifacts, cancel).await,
+        None => external::run(&inv, cancel).await,
+    };
     product.usage = setup.gateway.close_task(&key).unwrap_or_default();
     let end = end?;
     product.summary = json!({
