@@ -100,6 +100,8 @@ pub fn prepare(
             ));
         }
     }
+    // Absolute: git runs in a scratch directory below, where a relative path would be lost.
+    let repos = &std::path::absolute(repos).map_err(|e| format!("{}: {e}", repos.display()))?;
     std::fs::create_dir_all(repos).map_err(|e| format!("creating {}: {e}", repos.display()))?;
     let mut reports = Vec::new();
     for (repo, commit) in wanted {
