@@ -3,6 +3,7 @@
 //! coordinator crate: the two meet only through `reprobench-proto`.
 
 pub mod agents;
+pub mod android;
 pub mod executor;
 pub mod gateway;
 pub mod runtime;

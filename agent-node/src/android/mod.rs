@@ -1,0 +1,4 @@
+//! The Android track on a node: devices (the `adb`/emulator backend and the `sim` simulator)
+//! behind one [`device::Device`] trait.
+
+pub mod device;
