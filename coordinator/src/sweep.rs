@@ -110,13 +110,11 @@ fn expand_swt(
             && agent.image.is_none()
             && let Some(bad) = agent.variants.iter().find(|v| !valid.contains(&v.as_str()))
         {
-            {
-                return Err(ExpandError(format!(
-                    "agent `{}` has no variant `{bad}`; its variants are {}",
-                    agent.name,
-                    valid.join(", ")
-                )));
-            }
+            return Err(ExpandError(format!(
+                "agent `{}` has no variant `{bad}`; its variants are {}",
+                agent.name,
+                valid.join(", ")
+            )));
         }
         for variant in &agent.variants {
             for backbone in backbones {
@@ -315,6 +313,45 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.0.contains("`libro`"), "{e}");
+    }
+
+    #[test]
+    fn llm_and_external_agents_carry_their_backbone_and_budget() {
+        let row = r#"{"instance_id":"o__r-1","repo":"o/r","base_commit":"c","patch":"p","test_patch":"t","problem_statement":"s","version":"1","env":{"test_cmd":"pytest","packages":["pytest"]}}"#;
+        let mut att = Attachments::new();
+        att.insert(dataset_key("mini"), format!("{row}\n"));
+        let agents = "[[agents]]\nname='reproagent'\nvariants=['full','no-rca']\n[[agents]]\nname='mine'\ncommand=['python3','a.py']\n";
+        let no_backbone = spec(&format!("name='e'\ndatasets=['mini']\n{agents}"));
+        let e = expand(&no_backbone, &att).unwrap_err();
+        assert!(e.0.contains("[[backbones]]"), "{e}");
+        let bad_variant = spec(
+            "name='e'\ndatasets=['mini']\n[[agents]]\nname='reproagent'\nvariants=['no-such']\n[[backbones]]\nname='b'\nbase_url='http://x/v1'\nmodel='m'\n",
+        );
+        let e = expand(&bad_variant, &att).unwrap_err();
+        assert!(e.0.contains("no-such") && e.0.contains("no-review"), "{e}");
+        let s = spec(&format!(
+            "name='e'\ndatasets=['mini']\n{agents}[[backbones]]\nname='b'\nbase_url='http://x/v1'\nmodel='m'\napi_key_env='K'\n[budget]\nmax_llm_calls=7\n"
+        ));
+        let tasks = expand(&s, &att).unwrap();
+        assert_eq!(
+            tasks.len(),
+            3,
+            "two reproagent variants and the external agent"
+        );
+        let payloads: Vec<SwtPayload> = tasks
+            .iter()
+            .map(|t| serde_json::from_str(&t.payload).unwrap())
+            .collect();
+        assert!(matches!(
+            &payloads[1].agent,
+            SwtAgent::Llm { name, variant, backbone, budget }
+                if name == "reproagent" && variant == "no-rca" && backbone.model == "m" && budget.max_llm_calls == Some(7)
+        ));
+        assert!(matches!(
+            &payloads[2].agent,
+            SwtAgent::External { command, backbone, .. } if command == &["python3", "a.py"] && backbone.name == "b"
+        ));
+        assert!(tasks.iter().all(|t| t.backbone == "b"));
     }
 
     #[test]
