@@ -108,6 +108,40 @@ fn infra(class: &str, msg: String) -> Option<(FailureClass, String, String)> {
     Some((FailureClass::Infra, class.to_string(), msg))
 }
 
+/// Opens the task's gateway key and checks the repository out; on failure, the product that
+/// records why.
+async fn start(
+    setup: &AgentSetup<'_>,
+    backbone: &BackboneSpec,
+    budget: &Budget,
+) -> Result<(String, checkout::Checkout), AgentProduct> {
+    let mut failed = AgentProduct::default();
+    let key = match setup.gateway.open_task(
+        &setup.task,
+        backbone,
+        task_budget(budget),
+        Some(setup.artifacts.join("transcript.jsonl")),
+    ) {
+        Ok(k) => k,
+        Err(e) => {
+            failed.error = Some((
+                FailureClass::BadInput,
+                "bad_input:backbone".into(),
+                e.to_string(),
+            ));
+            return Err(failed);
+        }
+    };
+    match checkout::checkout(setup.mirror, &setup.instance.base_commit, setup.scratch).await {
+        Ok(c) => Ok((key, c)),
+        Err(e) => {
+            setup.gateway.close_task(&key);
+            failed.error = infra("checkout", e);
+            Err(failed)
+        }
+    }
+}
+
 /// Runs a built-in LLM agent (`name`, `variant`); `None` when cancelled.
 pub async fn run_builtin(
     setup: AgentSetup<'_>,
@@ -118,31 +152,10 @@ pub async fn run_builtin(
     cancel: &CancellationToken,
 ) -> Option<AgentProduct> {
     let mut product = AgentProduct::default();
-    let key = match setup.gateway.open_task(
-        &setup.task,
-        backbone,
-        task_budget(budget),
-        Some(setup.artifacts.join("transcript.jsonl")),
-    ) {
-        Ok(k) => k,
-        Err(e) => {
-            product.error = Some((
-                FailureClass::BadInput,
-                "bad_input:backbone".into(),
-                e.to_string(),
-            ));
-            return Some(product);
-        }
+    let (key, checkout) = match start(&setup, backbone, budget).await {
+        Ok(started) => started,
+        Err(failed) => return Some(failed),
     };
-    let checkout =
-        match checkout::checkout(setup.mirror, &setup.instance.base_commit, setup.scratch).await {
-            Ok(c) => c,
-            Err(e) => {
-                setup.gateway.close_task(&key);
-                product.error = infra("checkout", e);
-                return Some(product);
-            }
-        };
     let ws = SandboxWorkspace::new(
         checkout.path(),
         setup.sandbox.clone(),
@@ -310,31 +323,10 @@ pub async fn run_external(
     cancel: &CancellationToken,
 ) -> Option<AgentProduct> {
     let mut product = AgentProduct::default();
-    let key = match setup.gateway.open_task(
-        &setup.task,
-        backbone,
-        task_budget(budget),
-        Some(setup.artifacts.join("transcript.jsonl")),
-    ) {
-        Ok(k) => k,
-        Err(e) => {
-            product.error = Some((
-                FailureClass::BadInput,
-                "bad_input:backbone".into(),
-                e.to_string(),
-            ));
-            return Some(product);
-        }
+    let (key, checkout) = match start(&setup, backbone, budget).await {
+        Ok(started) => started,
+        Err(failed) => return Some(failed),
     };
-    let checkout =
-        match checkout::checkout(setup.mirror, &setup.instance.base_commit, setup.scratch).await {
-            Ok(c) => c,
-            Err(e) => {
-                setup.gateway.close_task(&key);
-                product.error = infra("checkout", e);
-                return Some(product);
-            }
-        };
     let agent_dir = setup.artifacts.join("agent");
     let _ = std::fs::create_dir_all(&agent_dir);
     let instance_file = setup.artifacts.join("instance.json");

@@ -184,19 +184,32 @@ pub fn test_directives(files: &[DiffFile], style: &str) -> Vec<String> {
     out
 }
 
-/// A diff that adds one new text file.
+/// A git-style diff that adds one new text file (applies with `git apply`; a missing final
+/// newline is marked as git marks it).
 pub fn new_file_diff(path: &str, contents: &str) -> String {
-    let lines: Vec<&str> = contents.lines().collect();
-    let mut d = format!(
-        "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{} @@\n",
-        lines.len()
+    let mut patch = format!(
+        "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
     );
-    for l in lines {
-        d.push('+');
-        d.push_str(l);
-        d.push('\n');
+    if contents.is_empty() {
+        return patch;
     }
-    d
+    let ends_with_newline = contents.ends_with('\n');
+    let body = contents.strip_suffix('\n').unwrap_or(contents);
+    let lines: Vec<&str> = body.split('\n').collect();
+    if lines.len() == 1 {
+        patch.push_str("@@ -0,0 +1 @@\n");
+    } else {
+        patch.push_str(&format!("@@ -0,0 +1,{} @@\n", lines.len()));
+    }
+    for line in &lines {
+        patch.push('+');
+        patch.push_str(line);
+        patch.push('\n');
+    }
+    if !ends_with_newline {
+        patch.push_str("\\ No newline at end of file\n");
+    }
+    patch
 }
 
 #[cfg(test)]

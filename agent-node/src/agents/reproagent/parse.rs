@@ -265,31 +265,7 @@ pub fn is_safe_relative_path(path: &str) -> bool {
 }
 
 /// A git-style unified diff that creates `path` with `contents` (applies with `git apply`).
-pub fn new_file_patch(path: &str, contents: &str) -> String {
-    let mut patch = format!(
-        "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
-    );
-    if contents.is_empty() {
-        return patch;
-    }
-    let ends_with_newline = contents.ends_with('\n');
-    let body = contents.strip_suffix('\n').unwrap_or(contents);
-    let lines: Vec<&str> = body.split('\n').collect();
-    if lines.len() == 1 {
-        patch.push_str("@@ -0,0 +1 @@\n");
-    } else {
-        patch.push_str(&format!("@@ -0,0 +1,{} @@\n", lines.len()));
-    }
-    for line in &lines {
-        patch.push('+');
-        patch.push_str(line);
-        patch.push('\n');
-    }
-    if !ends_with_newline {
-        patch.push_str("\\ No newline at end of file\n");
-    }
-    patch
-}
+pub use crate::swt::patch::new_file_diff as new_file_patch;
 
 /// What a test run on the buggy code says about a candidate reproduction test.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
