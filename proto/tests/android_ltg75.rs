@@ -269,3 +269,31 @@ fn github_error_answers_are_named() {
         "{e}"
     );
 }
+
+#[test]
+fn a_plain_rows_file_with_inline_reports() {
+    let d = scratch("plain");
+    let rows = d.join("mine.jsonl");
+    let row = format!(
+        r#"{{"instance_id":"A-1","report_id":"A#1","app":"A","bug_type":"crash","report":{}}}"#,
+        REPORT_A.replace('\n', " ")
+    );
+    let second = r#"{"instance_id":"B-2","report_id":"B#2","app":"B","bug_type":"hang"}"#;
+    std::fs::write(&rows, format!("{row}\n{second}\n")).unwrap();
+    let ds = load_android_dataset(rows.to_str().unwrap(), Path::new("unused"), None).unwrap();
+    assert_eq!(ds.name, "mine");
+    assert_eq!(ds.instances.len(), 1);
+    assert_eq!(ds.with_reports().count(), 1, "an inline report is kept");
+    assert!(ds.missing_reports.is_empty());
+    assert_eq!(
+        ds.errors.len(),
+        1,
+        "the bad bug type is rejected with its line"
+    );
+    let e = &ds.errors[0];
+    assert!(
+        e.location.ends_with("mine.jsonl:2") && e.message.contains("hang"),
+        "{e}"
+    );
+    std::fs::remove_dir_all(d).unwrap();
+}
