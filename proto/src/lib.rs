@@ -1,8 +1,10 @@
 //! The reprobench wire protocol (`proto/reprobench/v1`) and the vocabulary every crate shares:
-//! sweep specs, executor kinds, the synthetic dataset, and the client side of authentication.
+//! sweep specs, executor kinds, the synthetic dataset, android datasets, and the client side of
+//! authentication.
 //!
 //! Only this crate knows the wire format; the coordinator and agent nodes meet through it.
 
+pub mod android;
 pub mod auth;
 pub mod kind;
 pub mod sweep;
