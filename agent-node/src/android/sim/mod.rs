@@ -67,6 +67,9 @@ pub struct SimReport {
     pub app: String,
     /// A trace that reproduces the bug, starting right after launch.
     pub ground_truth: Vec<Action>,
+    /// A similar trace that must not reproduce the bug (a check on the model).
+    #[serde(default)]
+    pub near_miss: Vec<Action>,
     /// Expected exception class (crash reports).
     #[serde(default)]
     pub exception: Option<String>,
@@ -92,6 +95,11 @@ impl SimReport {
             }),
         }
     }
+}
+
+/// Where the android-sim dataset lives in the source tree (`datasets/android-sim`).
+pub fn source_dataset_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets/android-sim")
 }
 
 /// A loaded android-sim dataset.

@@ -78,6 +78,8 @@ pub enum Op {
     NonEmpty,
     /// The string contains `value`, or the list has it as an item.
     Contains,
+    /// The string matches the regular expression `value`.
+    Matches,
 }
 
 /// One condition on a variable.
@@ -116,6 +118,12 @@ pub fn holds(guard: &[Cond], vars: &Vars) -> bool {
             Op::Contains => match (v, c.value.as_ref()) {
                 (Value::Str(s), Some(Value::Str(n))) => s.contains(n.as_str()),
                 (Value::List(l), Some(Value::Str(n))) => l.contains(n),
+                _ => false,
+            },
+            Op::Matches => match (v, c.value.as_ref()) {
+                (Value::Str(s), Some(Value::Str(re))) => {
+                    regex::Regex::new(re).is_ok_and(|re| re.is_match(s))
+                }
                 _ => false,
             },
         }
@@ -450,7 +458,19 @@ impl AppModel {
                 Ok(())
             }
         };
-        let guard = |g: &Guard, at: &str| g.iter().try_for_each(|c| var(&c.var, at));
+        let guard = |g: &Guard, at: &str| {
+            g.iter().try_for_each(|c| {
+                var(&c.var, at)?;
+                match (&c.op, &c.value) {
+                    (Op::Matches, Some(Value::Str(re))) if regex::Regex::new(re).is_err() => {
+                        bad(format!("bad regular expression `{re}` in {at}"))
+                    }
+                    (Op::Matches, Some(Value::Str(_))) => Ok(()),
+                    (Op::Matches, _) => bad(format!("`matches` needs a string pattern in {at}")),
+                    _ => Ok(()),
+                }
+            })
+        };
         screen(&self.launcher, "launcher")?;
         for v in &self.persistent {
             var(v, "persistent")?;
