@@ -91,6 +91,21 @@ pub struct SimDevice {
     snapshots: Mutex<BTreeMap<String, SimState>>,
 }
 
+/// Maps portrait model bounds onto the current orientation (landscape stretches x, squeezes y).
+fn place(b: Bounds, landscape: bool) -> Bounds {
+    if !landscape {
+        return b;
+    }
+    let x = |v: i32| v * SCREEN_H / SCREEN_W;
+    let y = |v: i32| v * SCREEN_W / SCREEN_H;
+    Bounds {
+        left: x(b.left),
+        top: y(b.top),
+        right: x(b.right),
+        bottom: y(b.bottom),
+    }
+}
+
 fn rejected(msg: impl Into<String>) -> DeviceError {
     DeviceError::Rejected(msg.into())
 }
@@ -202,7 +217,7 @@ impl SimDevice {
                 content_desc: spec.content_desc.clone(),
                 hint: spec.hint.clone(),
                 package: pkg.clone(),
-                bounds: spec.bounds(),
+                bounds: place(spec.bounds(), st.landscape),
                 clickable: spec.clickable,
                 long_clickable: spec.long_clickable,
                 checkable: spec.checkable,
@@ -219,7 +234,7 @@ impl SimDevice {
                     .copied()
                     .unwrap_or(0)
                     .min(items.len());
-                let b = spec.bounds();
+                let b = place(spec.bounds(), st.landscape);
                 let row = ((b.bottom - b.top) / page as i32).max(1);
                 for (i, item) in items.iter().skip(offset).take(page).enumerate() {
                     let top = b.top + row * i as i32;
@@ -283,6 +298,13 @@ impl SimDevice {
                     .filter(|w| w.content_desc == r.content_desc)
                     .collect(),
             )
+        } else if r.bounds != Bounds::default() {
+            // Only a position: the last (deepest, topmost) widget containing its centre.
+            let (x, y) = r.bounds.center();
+            let hit = |w: &&Widget| {
+                w.bounds.left <= x && x < w.bounds.right && w.bounds.top <= y && y < w.bounds.bottom
+            };
+            all.iter().copied().rfind(hit).cloned()
         } else {
             None
         };
@@ -439,7 +461,14 @@ impl SimDevice {
             Action::InputText { target, text } => {
                 let w = self.find(&h, target)?;
                 if !in_app || !w.is_text_field() {
-                    return Err(rejected(format!("{} is not a text field", w.class)));
+                    let what = if w.class.is_empty() {
+                        "the home screen"
+                    } else {
+                        w.class.as_str()
+                    };
+                    return Err(rejected(format!(
+                        "cannot type into {what}: not a text field"
+                    )));
                 }
                 if let Some(var) = self.spec_of(&st, &w).and_then(|s| s.bind.clone()) {
                     let v = match st.vars.get(&var) {

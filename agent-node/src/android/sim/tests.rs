@@ -276,3 +276,56 @@ fn latency_defaults_follow_anchors_and_scale() {
     assert_eq!(d.scaled(0.5).action_ms, d.action_ms / 2);
     assert_eq!(d.scaled(0.0), SimLatency::ZERO);
 }
+
+#[tokio::test(start_paused = true)]
+async fn latency_is_slept_on_the_tokio_clock() {
+    let ds = dataset();
+    let lat = SimLatency {
+        action_ms: 2000,
+        snapshot_save_ms: 6000,
+        snapshot_load_ms: 650,
+        launch_ms: 1500,
+    };
+    let dev = SimDevice::new(ds.apps["skycast"].clone(), lat);
+    let t0 = tokio::time::Instant::now();
+    dev.launch("com.example.skycast").await.unwrap();
+    assert_eq!(t0.elapsed().as_millis(), 1500);
+    dev.act(&Action::Rotate).await.unwrap();
+    assert_eq!(t0.elapsed().as_millis(), 3500);
+    dev.save_snapshot("a").await.unwrap();
+    dev.load_snapshot("a").await.unwrap();
+    assert_eq!(t0.elapsed().as_millis(), 3500 + 6000 + 650);
+}
+
+#[tokio::test]
+async fn coordinates_only_refs_hit_the_deepest_widget_and_landscape_moves_bounds() {
+    let ds = dataset();
+    let dev = device(&ds, "skycast");
+    let pkg = "com.example.skycast";
+    dev.launch(pkg).await.unwrap();
+    let h = dev.hierarchy().await.unwrap();
+    let gear = h
+        .widgets()
+        .into_iter()
+        .find(|w| w.content_desc == "Settings")
+        .unwrap()
+        .bounds;
+    let tap = WidgetRef {
+        bounds: gear,
+        ..WidgetRef::default()
+    };
+    dev.act(&Action::Click { target: tap }).await.unwrap();
+    assert_eq!(
+        dev.current_activity().await.unwrap(),
+        "com.example.skycast/.SettingsActivity"
+    );
+    dev.act(&Action::Rotate).await.unwrap();
+    let h = dev.hierarchy().await.unwrap();
+    let root = h.roots[0].bounds;
+    assert_eq!((root.right, root.bottom), (1920, 1080));
+    assert!(
+        h.widgets()
+            .iter()
+            .all(|w| w.bounds.right <= 1920 && w.bounds.bottom <= 1080)
+    );
+}
