@@ -1,5 +1,5 @@
 //! Screenshots for the simulator: the widget tree drawn as filled rectangles (darker when
-//! clickable, text as small blocks) and encoded as an uncompressed PNG. Deterministic bytes.
+//! clickable, text in a tiny bitmap font) and encoded as an uncompressed PNG. Deterministic bytes.
 
 use crate::android::device::{Hierarchy, Widget};
 
@@ -71,23 +71,90 @@ fn draw(c: &mut Canvas, w: &Widget) {
     c.fill(l, bt - 1, r, bt, edge);
     c.fill(l, t, l + 1, bt, edge);
     c.fill(r - 1, t, r, bt, edge);
-    // Text as blocks: one 3x5 block per visible character, spaces left blank.
+    // Text in a 3x5 bitmap font drawn at twice its size; unknown characters as blocks.
     let text = if w.text.is_empty() { &w.hint } else { &w.text };
     let ink = if w.text.is_empty() {
-        [170, 170, 170]
+        [150, 150, 150]
     } else {
         [20, 20, 20]
     };
-    let (mut x, y) = (l + 3, t + (bt - t) / 2 - 2);
+    let (mut x, y) = (l + 3, t + (bt - t) / 2 - 5);
     for ch in text.chars() {
-        if x + 3 > r - 2 {
+        if x + 6 > r - 2 {
             break;
         }
         if !ch.is_whitespace() {
-            c.fill(x, y, x + 3, y + 5, ink);
+            let bits = glyph(ch).unwrap_or(0x7fff);
+            for i in 0..15 {
+                if bits & (1 << (14 - i)) != 0 {
+                    let (gx, gy) = (x + (i % 3) * 2, y + (i / 3) * 2);
+                    c.fill(gx, gy, gx + 2, gy + 2, ink);
+                }
+            }
         }
-        x += 4;
+        x += 8;
     }
+}
+
+/// Rows of a 3x5 glyph, top first, as 15 bits ("1" = ink).
+const FONT: &[(char, &str)] = &[
+    ('A', "010101111101101"),
+    ('B', "110101110101110"),
+    ('C', "011100100100011"),
+    ('D', "110101101101110"),
+    ('E', "111100110100111"),
+    ('F', "111100110100100"),
+    ('G', "011100101101011"),
+    ('H', "101101111101101"),
+    ('I', "111010010010111"),
+    ('J', "001001001101010"),
+    ('K', "101101110101101"),
+    ('L', "100100100100111"),
+    ('M', "101111111101101"),
+    ('N', "110101101101101"),
+    ('O', "010101101101010"),
+    ('P', "110101110100100"),
+    ('Q', "010101101110011"),
+    ('R', "110101110101101"),
+    ('S', "011100010001110"),
+    ('T', "111010010010010"),
+    ('U', "101101101101111"),
+    ('V', "101101101101010"),
+    ('W', "101101111111101"),
+    ('X', "101101010101101"),
+    ('Y', "101101010010010"),
+    ('Z', "111001010100111"),
+    ('0', "111101101101111"),
+    ('1', "010110010010111"),
+    ('2', "110001010100111"),
+    ('3', "110001010001110"),
+    ('4', "101101111001001"),
+    ('5', "111100110001110"),
+    ('6', "011100111101111"),
+    ('7', "111001010010010"),
+    ('8', "111101111101111"),
+    ('9', "111101111001110"),
+    ('.', "000000000000010"),
+    (',', "000000000010100"),
+    (':', "000010000010000"),
+    ('-', "000000111000000"),
+    ('+', "000010111010000"),
+    ('%', "101001010100101"),
+    ('"', "101101000000000"),
+    ('\'', "010010000000000"),
+    ('(', "001010010010001"),
+    (')', "100010010010100"),
+    ('/', "001001010100100"),
+    ('?', "110001010000010"),
+    ('!', "010010010000010"),
+    ('°', "010101010000000"),
+];
+
+/// The glyph bits for `ch` (letters case-insensitive), if the font has it.
+fn glyph(ch: char) -> Option<u16> {
+    let up = ch.to_ascii_uppercase();
+    let (_, rows) = FONT.iter().find(|(c, _)| *c == up)?;
+    u16::from_str_radix(rows, 2).ok()
 }
 
 /// Encodes 8-bit RGB pixels as a PNG with stored (uncompressed) deflate blocks.

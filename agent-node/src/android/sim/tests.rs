@@ -329,3 +329,32 @@ async fn coordinates_only_refs_hit_the_deepest_widget_and_landscape_moves_bounds
             .all(|w| w.bounds.right <= 1920 && w.bounds.bottom <= 1080)
     );
 }
+
+#[test]
+fn rendering_depends_on_text_and_encodes_any_size() {
+    use crate::android::device::{Bounds, Widget};
+    let tree = |text: &str| Hierarchy {
+        roots: vec![Widget {
+            class: "android.widget.TextView".into(),
+            text: text.into(),
+            bounds: Bounds {
+                left: 0,
+                top: 0,
+                right: 400,
+                bottom: 200,
+            },
+            ..Widget::default()
+        }],
+    };
+    assert_eq!(
+        render::render(&tree("Balance: 12")),
+        render::render(&tree("Balance: 12"))
+    );
+    assert_ne!(
+        render::render(&tree("Balance: 12")),
+        render::render(&tree("Balance: 13"))
+    );
+    // More than one stored deflate block (rows of 301 bytes * 300 > 65535).
+    let png = render::encode_png(100, 300, &vec![7; 100 * 300 * 3]);
+    assert_eq!(&png[png.len() - 8..png.len() - 4], b"IEND");
+}
