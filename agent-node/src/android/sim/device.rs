@@ -81,6 +81,8 @@ struct SimState {
     /// List scroll offsets by short widget id.
     scroll: BTreeMap<String, usize>,
     crash: Option<Crash>,
+    /// Short id of the focused text field.
+    focus: Option<String>,
 }
 
 /// A simulated device with one app model installed.
@@ -122,6 +124,7 @@ impl SimDevice {
             stack: Vec::new(),
             scroll: BTreeMap::new(),
             crash: None,
+            focus: None,
         };
         SimDevice {
             model,
@@ -224,6 +227,7 @@ impl SimDevice {
                 checked: spec.checkable && bound == Some(&Value::Bool(true)),
                 scrollable: spec.scrollable,
                 enabled: spec.enabled,
+                focused: !spec.id.is_empty() && st.focus.as_deref() == Some(spec.id.as_str()),
                 ..Widget::default()
             };
             if let Some(Value::List(items)) = spec.list.as_ref().and_then(|l| st.vars.get(l)) {
@@ -429,16 +433,37 @@ impl SimDevice {
         Ok(())
     }
 
-    /// Applies one action to the state (pure apart from the lock; no waiting).
+    /// Applies one action to the state and keeps track of the focused text field.
     fn apply(&self, action: &Action) -> Result<(), DeviceError> {
         let mut st = self.lock();
-        let h = self.build(&st);
+        let top = st.stack.last().cloned();
+        let focus = match action {
+            Action::Click { target } | Action::InputText { target, .. } => self
+                .find(&self.build(&st), target)
+                .ok()
+                .filter(|w| w.is_text_field())
+                .map(|w| self.short_id(&w.resource_id).to_string()),
+            _ => None,
+        };
+        self.act_on(&mut st, action)?;
+        if focus.is_some() {
+            st.focus = focus;
+        }
+        if st.stack.last() != top.as_ref() || !(st.foreground && st.running) {
+            st.focus = None;
+        }
+        Ok(())
+    }
+
+    /// Applies one action to `st` (no waiting).
+    fn act_on(&self, st: &mut SimState, action: &Action) -> Result<(), DeviceError> {
+        let h = self.build(st);
         let in_app = st.foreground && st.running;
         match action {
             Action::Click { target } => {
                 let w = self.find(&h, target)?;
                 if !in_app {
-                    return self.start(&mut st);
+                    return self.start(st);
                 }
                 if !w.enabled {
                     return Ok(());
@@ -450,12 +475,12 @@ impl SimDevice {
                     let now = st.vars.get(&var) == Some(&Value::Bool(true));
                     st.vars.insert(var, Value::Bool(!now));
                 }
-                self.react(&mut st, On::Click, Some(&w));
+                self.react(st, On::Click, Some(&w));
             }
             Action::LongClick { target } => {
                 let w = self.find(&h, target)?;
                 if in_app && w.enabled {
-                    self.react(&mut st, On::LongClick, Some(&w));
+                    self.react(st, On::LongClick, Some(&w));
                 }
             }
             Action::InputText { target, text } => {
@@ -470,7 +495,7 @@ impl SimDevice {
                         "cannot type into {what}: not a text field"
                     )));
                 }
-                if let Some(var) = self.spec_of(&st, &w).and_then(|s| s.bind.clone()) {
+                if let Some(var) = self.spec_of(st, &w).and_then(|s| s.bind.clone()) {
                     let v = match st.vars.get(&var) {
                         Some(Value::Int(_)) => {
                             text.parse().map(Value::Int).unwrap_or(Value::Int(0))
@@ -483,19 +508,28 @@ impl SimDevice {
                     text: text.clone(),
                     ..w
                 };
-                self.react(&mut st, On::InputText, Some(&typed));
+                self.react(st, On::InputText, Some(&typed));
             }
             Action::Press { key } => match key {
                 Key::Home => st.foreground = false,
-                Key::Back if in_app && !self.react(&mut st, On::Back, None) => {
+                Key::Back if in_app && !self.react(st, On::Back, None) => {
                     st.stack.pop();
                     if st.stack.is_empty() {
                         st.running = false;
                         st.foreground = false;
                     }
                 }
+                Key::Delete if in_app => {
+                    let bound = st.focus.as_ref().and_then(|f| {
+                        let screen = self.model.screen(st.stack.last()?)?;
+                        screen.widgets.iter().find(|w| w.id == *f)?.bind.clone()
+                    });
+                    if let Some(Value::Str(s)) = bound.and_then(|b| st.vars.get_mut(&b)) {
+                        s.pop();
+                    }
+                }
                 Key::Enter if in_app => {
-                    self.react(&mut st, On::Enter, None);
+                    self.react(st, On::Enter, None);
                 }
                 _ => {}
             },
@@ -508,7 +542,7 @@ impl SimDevice {
                     None => h.widgets().into_iter().find(|w| w.scrollable).cloned(),
                 };
                 if let Some(w) = &w {
-                    let spec = self.spec_of(&st, w).cloned();
+                    let spec = self.spec_of(st, w).cloned();
                     if let Some(spec) = spec.filter(|s| s.list.is_some()) {
                         let len = match spec.list.as_ref().and_then(|l| st.vars.get(l)) {
                             Some(Value::List(l)) => l.len(),
@@ -523,7 +557,7 @@ impl SimDevice {
                         };
                     }
                 }
-                self.react(&mut st, On::Swipe, w.as_ref());
+                self.react(st, On::Swipe, w.as_ref());
             }
             Action::Rotate => {
                 st.landscape = !st.landscape;
@@ -539,7 +573,7 @@ impl SimDevice {
                             st.vars.insert(var, v.clone());
                         }
                     }
-                    self.react(&mut st, On::Rotate, None);
+                    self.react(st, On::Rotate, None);
                 }
             }
         }

@@ -358,3 +358,35 @@ fn rendering_depends_on_text_and_encodes_any_size() {
     let png = render::encode_png(100, 300, &vec![7; 100 * 300 * 3]);
     assert_eq!(&png[png.len() - 8..png.len() - 4], b"IEND");
 }
+
+#[tokio::test]
+async fn typing_focuses_a_field_and_delete_removes_a_character() {
+    let ds = dataset();
+    let dev = device(&ds, "skycast");
+    let pkg = "com.example.skycast";
+    dev.launch(pkg).await.unwrap();
+    let field = by_id(pkg, "search_city");
+    dev.act(&Action::InputText {
+        target: field.clone(),
+        text: "Parisx".into(),
+    })
+    .await
+    .unwrap();
+    dev.act(&Action::Press { key: Key::Delete }).await.unwrap();
+    let h = dev.hierarchy().await.unwrap();
+    let w = h
+        .widgets()
+        .into_iter()
+        .find(|w| w.resource_id == field.resource_id)
+        .unwrap()
+        .clone();
+    assert!(w.focused);
+    assert_eq!(w.text, "Paris");
+    dev.act(&Action::Press { key: Key::Enter }).await.unwrap();
+    let h = dev.hierarchy().await.unwrap();
+    assert!(
+        h.widgets()
+            .iter()
+            .any(|w| w.resource_id.ends_with("/city_name") && w.text == "Paris")
+    );
+}
