@@ -469,7 +469,7 @@ impl SimDevice {
                     return Ok(());
                 }
                 let spec_bind = self
-                    .spec_of(&st, &w)
+                    .spec_of(st, &w)
                     .and_then(|s| if s.checkable { s.bind.clone() } else { None });
                 if let Some(var) = spec_bind {
                     let now = st.vars.get(&var) == Some(&Value::Bool(true));
