@@ -168,6 +168,13 @@ impl Dataset {
             reports,
         })
     }
+
+    /// A fresh device running the app of report `id`, with its package name.
+    pub fn device_for(&self, id: &str, latency: SimLatency) -> Option<(SimDevice, String)> {
+        let model = self.apps.get(&self.reports.get(id)?.app)?.clone();
+        let package = model.package.clone();
+        Some((SimDevice::new(model, latency), package))
+    }
 }
 
 /// Launches the app and plays `actions`, stopping early at a crash; returns the final hierarchy

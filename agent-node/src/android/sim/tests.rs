@@ -36,6 +36,8 @@ fn dataset_has_six_apps_and_twelve_reports_with_required_coverage() {
             BugKind::NonCrash => assert!(r.symptom.is_some(), "{id} lacks symptom"),
         }
         assert!(!r.near_miss.is_empty(), "{id} lacks a near miss");
+        let (dev, pkg) = ds.device_for(id, SimLatency::ZERO).expect("device");
+        assert_eq!(dev.model().package, pkg);
         assert_eq!(r.apk_name, format!("{}.apk", ds.apps[&r.app].package));
     }
 }
