@@ -2,3 +2,4 @@
 //! behind one [`device::Device`] trait.
 
 pub mod device;
+pub mod sim;
