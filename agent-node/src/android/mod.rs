@@ -1,4 +1,5 @@
 //! The Android track on a node: devices (the `adb`/emulator backend and the `sim` simulator)
 //! behind one [`device::Device`] trait.
 
+pub mod adb;
 pub mod device;
