@@ -2,6 +2,7 @@
 //! line and the emulator console. Parsing lives in pure modules (`uiautomator`, `logcat`,
 //! `commands`); `adb`, `console` and `pool` do the IO.
 
+#[allow(clippy::module_inception)] // `adb::adb` is the AdbDevice, named after the tool it drives.
 pub mod adb;
 pub mod commands;
 pub mod console;

@@ -51,10 +51,19 @@ pub fn parse_dump(text: &str) -> Result<Hierarchy, DumpError> {
     Ok(Hierarchy { roots })
 }
 
+/// The screen rotation (0–3) from the `<hierarchy rotation="N">` tag, if present.
+pub fn parse_rotation(text: &str) -> Option<u8> {
+    let start = text.find("<hierarchy")?;
+    let tag = &text[start..start + text[start..].find('>')?];
+    let at = tag.find("rotation=\"")? + "rotation=\"".len();
+    let end = tag[at..].find('"')?;
+    tag[at..at + end].parse().ok().filter(|r| *r < 4)
+}
+
 /// Parses `[left,top][right,bottom]`.
 pub fn parse_bounds(s: &str) -> Option<Bounds> {
     let nums: Vec<i32> = s
-        .split(|c| c == '[' || c == ']' || c == ',')
+        .split(['[', ']', ','])
         .filter(|p| !p.is_empty())
         .map(|p| p.trim().parse().ok())
         .collect::<Option<Vec<_>>>()?;
@@ -313,6 +322,9 @@ mod tests {
         assert_eq!(child.text, "xéA");
         assert_eq!(child.bounds, Bounds::default());
         assert!(child.enabled);
+        assert_eq!(parse_rotation(x), Some(1));
+        assert_eq!(parse_rotation(&fixture("uiautomator_notes.xml")), Some(0));
+        assert_eq!(parse_rotation("<hierarchy>"), None);
     }
 
     #[test]
