@@ -239,12 +239,15 @@ pub(crate) mod fake {
         let port = listener.local_addr().unwrap().port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
+        // Snapshots outlive connections, as in a real emulator.
+        let snapshots: Arc<Mutex<Vec<String>>> = Arc::default();
         tokio::spawn(async move {
             loop {
                 let Ok((sock, _)) = listener.accept().await else {
                     return;
                 };
                 let log = log.clone();
+                let snapshots = snapshots.clone();
                 tokio::spawn(async move {
                     let (r, mut w) = sock.into_split();
                     let greeting =
@@ -252,7 +255,6 @@ pub(crate) mod fake {
                     w.write_all(greeting.as_bytes()).await.unwrap();
                     let mut lines = BufReader::new(r).lines();
                     let mut authed = false;
-                    let mut snapshots: Vec<String> = Vec::new();
                     while let Ok(Some(line)) = lines.next_line().await {
                         let line = line.trim_end().to_string();
                         log.lock().unwrap().push(line.clone());
@@ -267,10 +269,10 @@ pub(crate) mod fake {
                         } else if !authed {
                             "KO: unknown command, try 'help'\r\n".to_string()
                         } else if let Some(tag) = line.strip_prefix("avd snapshot save ") {
-                            snapshots.push(tag.to_string());
+                            snapshots.lock().unwrap().push(tag.to_string());
                             "OK\r\n".to_string()
                         } else if let Some(tag) = line.strip_prefix("avd snapshot load ") {
-                            if snapshots.iter().any(|s| s == tag) {
+                            if snapshots.lock().unwrap().iter().any(|s| s == tag) {
                                 "OK\r\n".to_string()
                             } else {
                                 format!("KO: snapshot '{tag}' does not exist\r\n")
