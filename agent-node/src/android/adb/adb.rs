@@ -169,7 +169,11 @@ impl AdbDevice {
         argv.extend(args.iter().map(|a| a.to_string()));
         let out = self.runner.run(&self.adb_path, &argv, timeout).await?;
         if out.code != 0 {
-            let err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            let mut err = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            if err.is_empty() {
+                // Some tools (monkey, pm) explain failures on stdout only.
+                err = out.text().trim().to_string();
+            }
             let msg = format!("adb {} failed ({}): {err}", args.join(" "), out.code);
             return Err(classify(&err, msg));
         }
@@ -539,6 +543,31 @@ pub(crate) mod tests {
             },
         );
         assert_eq!(d.screenshot().await.unwrap().len(), 12);
+    }
+
+    #[tokio::test]
+    async fn launch_failures_explain_themselves() {
+        let r = Replay::default();
+        r.on("logcat -b all -c", "")
+            .on(
+                "shell monkey -p com.missing -c android.intent.category.LAUNCHER 1",
+                "  bash arg: -p\n  bash arg: com.missing\n** No activities found to run, monkey aborted.\n",
+            )
+            .on("logcat -b all -c", "")
+            .on_output(
+                "shell pm clear com.missing",
+                Output { code: 1, stdout: b"Failed\n".to_vec(), stderr: vec![] },
+            );
+        let d = device(&r);
+        let e = d.launch("com.missing").await.unwrap_err();
+        assert!(
+            matches!(&e, DeviceError::Rejected(m) if m.contains("No activities found") && m.contains("installed"))
+        );
+        let e = d.clear("com.missing").await.unwrap_err();
+        assert!(
+            matches!(&e, DeviceError::Rejected(m) if m.contains("Failed")),
+            "{e}"
+        );
     }
 
     #[tokio::test]

@@ -124,6 +124,49 @@ impl PoolConfig {
     }
 }
 
+/// A running emulator process of one slot.
+#[derive(Debug)]
+pub struct Emulator {
+    /// Its slot.
+    pub slot: Slot,
+    child: tokio::process::Child,
+}
+
+impl Emulator {
+    /// Launches `cfg`'s AVD headless in `slot` (output discarded; killed when dropped).
+    pub fn spawn(cfg: &PoolConfig, slot: Slot) -> Result<Emulator, String> {
+        let argv = cfg.launch_argv(&slot);
+        let child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot start {}: {e} (install the Android emulator and point the pool at it)",
+                    argv[0]
+                )
+            })?;
+        Ok(Emulator { slot, child })
+    }
+
+    /// The exit code once the process has ended (`Some(-1)` for a signal); `None` while running.
+    pub fn exited(&mut self) -> Option<i32> {
+        match self.child.try_wait() {
+            Ok(Some(status)) => Some(status.code().unwrap_or(-1)),
+            Ok(None) => None,
+            Err(_) => Some(-1),
+        }
+    }
+
+    /// Kills the process and waits for it.
+    pub async fn kill(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
 /// What one boot poll saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
@@ -370,6 +413,24 @@ mod tests {
             BootStatus::TimedOut("sys.boot_completed is not 1 yet".into())
         );
         assert_eq!(r.calls().len(), 16);
+    }
+
+    #[tokio::test]
+    async fn spawn_detects_exit_and_missing_binary() {
+        // `sh -avd ...` fails at once, standing in for an emulator that dies on start.
+        let mut c = cfg();
+        c.emulator = "sh".into();
+        let mut e = Emulator::spawn(&c, Slot::new(0, 8554).unwrap()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while e.exited().is_none() {
+            assert!(std::time::Instant::now() < deadline, "sh did not exit");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_ne!(e.exited(), Some(0));
+        e.kill().await;
+        c.emulator = "/nonexistent/emulator".into();
+        let err = Emulator::spawn(&c, Slot::new(0, 8554).unwrap()).unwrap_err();
+        assert!(err.contains("install the Android emulator"));
     }
 
     #[test]
