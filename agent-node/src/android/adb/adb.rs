@@ -339,6 +339,9 @@ impl Device for AdbDevice {
                 .snapshot_load(name)
                 .await
                 .map_err(|e| DeviceError::Rejected(e.to_string()))?;
+            // A snapshot load resets adbd; wait until the transport is back.
+            self.adb(&["wait-for-device"], self.timeouts.console)
+                .await?;
             self.clear_log().await
         })
     }
@@ -577,7 +580,7 @@ pub(crate) mod tests {
         let token_file = dir.path().join("t");
         std::fs::write(&token_file, "tok").unwrap();
         let r = Replay::default();
-        r.on("logcat -b all -c", "");
+        r.on("wait-for-device", "").on("logcat -b all -c", "");
         let mut d = device(&r);
         d.console = ConsoleAddress {
             host: "127.0.0.1".into(),
@@ -597,6 +600,12 @@ pub(crate) mod tests {
                 .count(),
             3
         );
-        assert_eq!(r.calls(), ["adb -s emulator-5554 logcat -b all -c"]);
+        assert_eq!(
+            r.calls(),
+            [
+                "adb -s emulator-5554 wait-for-device",
+                "adb -s emulator-5554 logcat -b all -c"
+            ]
+        );
     }
 }
