@@ -167,6 +167,66 @@ impl Emulator {
     }
 }
 
+/// The slots of one node: which are free, busy, booting or retired.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    /// The configuration.
+    pub config: PoolConfig,
+    slots: Vec<(Slot, SlotHealth, bool)>, // (slot, health, busy)
+}
+
+impl Pool {
+    /// A pool of `config.size` slots, none booted yet.
+    pub fn new(config: PoolConfig) -> Result<Pool, String> {
+        let slots = config
+            .slots()?
+            .into_iter()
+            .map(|s| (s, SlotHealth::default(), false))
+            .collect();
+        Ok(Pool { config, slots })
+    }
+
+    /// Every slot.
+    pub fn slots(&self) -> impl Iterator<Item = &Slot> {
+        self.slots.iter().map(|(s, _, _)| s)
+    }
+
+    /// Slots not retired (what the node can offer once they boot).
+    pub fn capacity(&self) -> usize {
+        self.slots.iter().filter(|(_, h, _)| !h.retired).count()
+    }
+
+    /// Takes a ready, free slot for a task.
+    pub fn acquire(&mut self) -> Option<Slot> {
+        let (slot, _, busy) = self
+            .slots
+            .iter_mut()
+            .find(|(_, h, busy)| h.ready && !h.retired && !*busy)?;
+        *busy = true;
+        Some(*slot)
+    }
+
+    /// Gives a slot back.
+    pub fn release(&mut self, slot: &Slot) {
+        if let Some(e) = self.slots.iter_mut().find(|(s, _, _)| s == slot) {
+            e.2 = false;
+        }
+    }
+
+    /// Records `event` for `slot` and says what to do; a restarted or retired slot is freed.
+    pub fn on(&mut self, slot: &Slot, event: HealthEvent) -> Decision {
+        let cfg = &self.config;
+        let Some((_, health, busy)) = self.slots.iter_mut().find(|(s, _, _)| s == slot) else {
+            return Decision::Keep;
+        };
+        let d = health.on(event, cfg);
+        if d != Decision::Keep {
+            *busy = false;
+        }
+        d
+    }
+}
+
 /// What one boot poll saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
@@ -431,6 +491,26 @@ mod tests {
         c.emulator = "/nonexistent/emulator".into();
         let err = Emulator::spawn(&c, Slot::new(0, 8554).unwrap()).unwrap_err();
         assert!(err.contains("install the Android emulator"));
+    }
+
+    #[test]
+    fn pool_hands_out_ready_slots() {
+        let mut c = cfg();
+        c.size = 2;
+        c.max_restarts = 0;
+        let mut p = Pool::new(c).unwrap();
+        let [a, b]: [Slot; 2] = p.slots().copied().collect::<Vec<_>>().try_into().unwrap();
+        assert_eq!(p.acquire(), None, "nothing booted yet");
+        assert_eq!(p.on(&a, HealthEvent::Booted), Decision::Keep);
+        assert_eq!(p.acquire(), Some(a));
+        assert_eq!(p.acquire(), None, "a is busy, b not booted");
+        p.release(&a);
+        assert_eq!(p.acquire(), Some(a));
+        assert_eq!(p.on(&a, HealthEvent::Exited), Decision::Retire);
+        assert_eq!(p.capacity(), 1);
+        p.on(&b, HealthEvent::Booted);
+        assert_eq!(p.acquire(), Some(b));
+        assert_eq!(p.acquire(), None);
     }
 
     #[test]
