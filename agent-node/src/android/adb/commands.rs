@@ -264,6 +264,18 @@ pub fn parse_boot_completed(out: &str) -> bool {
     out.trim() == "1"
 }
 
+/// The shell line whose output [`parse_boot_state`] reads.
+pub const BOOT_PROBE: &str = "getprop sys.boot_completed; getprop init.svc.bootanim";
+
+/// Whether [`BOOT_PROBE`]'s output says the device is ready: `sys.boot_completed` is `1` and
+/// the boot animation is `stopped` (or absent, as with `-no-boot-anim` on some images).
+pub fn parse_boot_state(out: &str) -> bool {
+    let mut lines = out.lines().map(str::trim);
+    let completed = lines.next().is_some_and(parse_boot_completed);
+    let anim = lines.next().unwrap_or("");
+    completed && (anim.is_empty() || anim == "stopped")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -488,6 +500,10 @@ mod tests {
         assert!(parse_boot_completed("1\r\n"));
         assert!(!parse_boot_completed(""));
         assert!(!parse_boot_completed("0\n"));
+        assert!(parse_boot_state("1\r\nstopped\r\n"));
+        assert!(parse_boot_state("1\n\n"));
+        assert!(!parse_boot_state("1\nrunning\n"));
+        assert!(!parse_boot_state("\nstopped\n"));
         assert_eq!(shell_quote("a.b"), "a.b");
         assert_eq!(shell_quote(""), "''");
         assert_eq!(shell_quote("a b"), "'a b'");

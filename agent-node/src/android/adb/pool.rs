@@ -6,7 +6,7 @@
 //! (`#[tokio::test(start_paused = true)]`), so no test waits in real time.
 
 use super::adb::Runner;
-use super::commands::parse_boot_completed;
+use super::commands::{BOOT_PROBE, parse_boot_state};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -230,7 +230,7 @@ impl Pool {
 /// What one boot poll saw.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
-    /// `getprop sys.boot_completed` answered; `true` when it is `1`.
+    /// The boot properties answered; `true` when booted (see [`parse_boot_state`]).
     Answered(bool),
     /// adb could not reach the device yet (normal early in a boot).
     Unreachable(String),
@@ -267,7 +267,9 @@ impl BootWatch {
     pub fn observe(&mut self, now: Instant, probe: Probe) -> BootStatus {
         match probe {
             Probe::Answered(true) => return BootStatus::Ready,
-            Probe::Answered(false) => self.last = "sys.boot_completed is not 1 yet".into(),
+            Probe::Answered(false) => {
+                self.last = "sys.boot_completed is not 1 (or the boot animation runs) yet".into()
+            }
             Probe::Unreachable(e) => self.last = e,
         }
         if now >= self.deadline {
@@ -278,13 +280,13 @@ impl BootWatch {
     }
 }
 
-/// One `getprop sys.boot_completed` poll of `serial`.
+/// One boot poll of `serial` (`sys.boot_completed` and `init.svc.bootanim`).
 pub async fn probe(runner: &dyn Runner, adb: &Path, serial: &str, timeout: Duration) -> Probe {
-    let args: Vec<String> = ["-s", serial, "shell", "getprop", "sys.boot_completed"]
+    let args: Vec<String> = ["-s", serial, "shell", BOOT_PROBE]
         .map(String::from)
         .to_vec();
     match runner.run(adb, &args, timeout).await {
-        Ok(out) if out.code == 0 => Probe::Answered(parse_boot_completed(&out.text())),
+        Ok(out) if out.code == 0 => Probe::Answered(parse_boot_state(&out.text())),
         Ok(out) => Probe::Unreachable(String::from_utf8_lossy(&out.stderr).trim().to_string()),
         Err(e) => Probe::Unreachable(e.to_string()),
     }
@@ -429,7 +431,9 @@ mod tests {
         );
         assert_eq!(
             w.observe(t0 + Duration::from_secs(10), Probe::Answered(false)),
-            BootStatus::TimedOut("sys.boot_completed is not 1 yet".into())
+            BootStatus::TimedOut(
+                "sys.boot_completed is not 1 (or the boot animation runs) yet".into()
+            )
         );
         let mut w = BootWatch::new(t0, Duration::from_secs(10));
         assert_eq!(
@@ -442,35 +446,37 @@ mod tests {
     async fn waits_for_boot_with_paused_clock() {
         let r = Replay::default();
         r.on_output(
-            "getprop sys.boot_completed",
+            "getprop init.svc.bootanim",
             Output {
                 code: 1,
                 stdout: vec![],
                 stderr: b"error: device offline".to_vec(),
             },
         )
-        .on("getprop sys.boot_completed", "\n")
-        .on("getprop sys.boot_completed", "1\n");
+        .on("getprop init.svc.bootanim", "1\nrunning\n")
+        .on("getprop init.svc.bootanim", "1\nstopped\n");
         let start = Instant::now();
         let st = wait_for_boot(&r, Path::new("adb"), "emulator-5554", &cfg()).await;
         assert_eq!(st, BootStatus::Ready);
         assert_eq!(start.elapsed(), Duration::from_secs(4));
         assert_eq!(
             r.calls()[0],
-            "adb -s emulator-5554 shell getprop sys.boot_completed"
+            format!("adb -s emulator-5554 shell {BOOT_PROBE}")
         );
 
         // Never boots: times out after the deadline with the last reason.
         let r = Replay::default();
         for _ in 0..200 {
-            r.on("getprop sys.boot_completed", "0\n");
+            r.on("getprop init.svc.bootanim", "0\n\n");
         }
         let mut c = cfg();
         c.boot_timeout = Duration::from_secs(30);
         let st = wait_for_boot(&r, Path::new("adb"), "emulator-5554", &c).await;
         assert_eq!(
             st,
-            BootStatus::TimedOut("sys.boot_completed is not 1 yet".into())
+            BootStatus::TimedOut(
+                "sys.boot_completed is not 1 (or the boot animation runs) yet".into()
+            )
         );
         assert_eq!(r.calls().len(), 16);
     }
