@@ -93,7 +93,7 @@ fn split_line(line: &str) -> Option<(u32, &str, &str)> {
 /// Every fatal exception in the log, in order, whatever the process.
 pub fn fatal_exceptions(log: &str) -> Vec<FatalException> {
     // Group AndroidRuntime lines per PID; a block starts at "FATAL EXCEPTION".
-    let mut open: Vec<FatalException> = Vec::new(); // blocks in progress, one per pid
+    let mut open: Vec<Open> = Vec::new(); // blocks in progress, one per pid
     let mut done: Vec<FatalException> = Vec::new();
     for line in log.lines() {
         let Some((pid, tag, msg)) = split_line(line) else {
@@ -103,54 +103,68 @@ pub fn fatal_exceptions(log: &str) -> Vec<FatalException> {
             continue;
         }
         if let Some(thread) = msg.strip_prefix("FATAL EXCEPTION: ") {
-            if let Some(i) = open.iter().position(|b| b.pid == pid) {
-                done.push(open.remove(i));
+            if let Some(i) = open.iter().position(|b| b.ex.pid == pid) {
+                done.push(open.remove(i).ex);
             }
-            open.push(FatalException {
-                pid,
-                thread: thread.trim().to_string(),
-                ..Default::default()
+            open.push(Open {
+                ex: FatalException {
+                    pid,
+                    thread: thread.trim().to_string(),
+                    ..Default::default()
+                },
+                in_suppressed: false,
             });
             continue;
         }
-        let Some(block) = open.iter_mut().find(|b| b.pid == pid) else {
+        let Some(Open {
+            ex: block,
+            in_suppressed,
+        }) = open.iter_mut().find(|b| b.ex.pid == pid)
+        else {
             continue;
         };
         if let Some(c) = PROCESS.captures(msg) {
             block.process = c[1].to_string();
             continue;
         }
+        // Java indents enclosed traces: top-level frames are "\tat", a suppressed exception is
+        // "\tSuppressed:" with "\t\tat" frames and "\tCaused by:" causes. Only the top level
+        // and its (unindented) "Caused by:" chain are kept.
+        let indent = msg.len() - msg.trim_start_matches('\t').len();
         let body = msg.trim_start();
+        if indent >= 2 || (indent == 1 && !body.starts_with("at ") && !body.starts_with("... ")) {
+            *in_suppressed |= body.starts_with("Suppressed: ");
+            continue;
+        }
         if let Some(frame) = body.strip_prefix("at ") {
+            if *in_suppressed {
+                continue;
+            }
             if let Some(e) = block.chain.last_mut() {
                 e.frames.push(frame.trim().to_string());
             }
         } else if body.starts_with("... ") && body.ends_with(" more") {
             // Elided frames shared with the enclosing exception.
-        } else if let Some(cause) = body.strip_prefix("Caused by: ") {
+        } else if let Some(cause) = msg.strip_prefix("Caused by: ") {
+            *in_suppressed = false;
             block.chain.push(exception_header(cause));
-        } else if body.starts_with("Suppressed: ") {
-            // Suppressed exceptions are not causes; their frames are ignored below.
-            block.chain.push(ExceptionPart {
-                class: "\u{0}suppressed".into(),
-                ..Default::default()
-            });
         } else if block.chain.is_empty() {
             block.chain.push(exception_header(body));
         } else if let Some(e) = block.chain.last_mut().filter(|e| e.frames.is_empty()) {
             // A multi-line message continues until the first frame.
-            if !e.message.is_empty() || !msg.is_empty() {
-                e.message.push('\n');
-                e.message.push_str(msg);
-            }
+            e.message.push('\n');
+            e.message.push_str(msg);
         }
     }
-    done.extend(open);
-    for b in &mut done {
-        b.chain.retain(|e| e.class != "\u{0}suppressed");
-    }
+    done.extend(open.into_iter().map(|o| o.ex));
     done.retain(|b| !b.chain.is_empty());
     done
+}
+
+/// A block being read, and whether it is inside a suppressed exception's trace.
+struct Open {
+    ex: FatalException,
+    in_suppressed: bool,
 }
 
 fn exception_header(s: &str) -> ExceptionPart {
@@ -238,6 +252,31 @@ mod tests {
         assert_eq!(c.message, "Index: 3, Size: 3");
         assert_eq!(c.frames.len(), MAX_FRAMES);
         assert_eq!(c.frames[0], "java.util.ArrayList.get(ArrayList.java:437)");
+    }
+
+    #[test]
+    fn suppressed_traces_are_skipped() {
+        let l = |m: &str| format!("11-30 14:00:00.000   700   700 E AndroidRuntime: {m}\n");
+        let log = [
+            l("FATAL EXCEPTION: main"),
+            l("Process: com.a, PID: 700"),
+            l("java.io.IOException: write failed"),
+            l("\tat com.a.Store.save(Store.kt:10)"),
+            l("\tSuppressed: java.io.IOException: close failed"),
+            l("\t\tat com.a.Store.close(Store.kt:20)"),
+            l("\tCaused by: java.lang.Error: inner of suppressed"),
+            l("\t\t... 3 more"),
+            l("Caused by: android.system.ErrnoException: write failed: ENOSPC (No space left on device)"),
+            l("\tat libcore.io.Linux.writeBytes(Native Method)"),
+        ]
+        .concat();
+        let all = fatal_exceptions(&log);
+        assert_eq!(all[0].chain.len(), 2);
+        assert_eq!(all[0].chain[0].frames, ["com.a.Store.save(Store.kt:10)"]);
+        let c = find_crash(&log, "com.a").unwrap();
+        assert_eq!(c.exception, "android.system.ErrnoException");
+        assert_eq!(c.message, "write failed: ENOSPC (No space left on device)");
+        assert_eq!(c.frames, ["libcore.io.Linux.writeBytes(Native Method)"]);
     }
 
     #[test]
