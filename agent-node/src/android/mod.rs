@@ -1,5 +1,6 @@
 //! The Android track on a node: devices (the `adb`/emulator backend and the `sim` simulator)
 //! behind one [`device::Device`] trait.
 
+pub mod adb;
 pub mod device;
 pub mod sim;
