@@ -3,4 +3,5 @@
 
 pub mod adb;
 pub mod device;
+pub mod explore;
 pub mod sim;
