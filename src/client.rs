@@ -80,6 +80,8 @@ fn needed_slots(spec: &reprobench_proto::sweep::SweepSpec) -> Vec<SlotSpec> {
         .map(|d| {
             if reprobench_proto::synthetic::SyntheticDataset::parse(d).is_some() {
                 "synthetic".to_string()
+            } else if d.starts_with("android") {
+                "sim".to_string()
             } else {
                 spec.eval.executor.clone()
             }
@@ -116,7 +118,9 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let done = if let Some(n) = a.local_nodes {
         // Local nodes read this machine's mirrors: build them from shipped sources if missing.
         for name in &spec.datasets {
-            if reprobench_proto::synthetic::SyntheticDataset::parse(name).is_none() {
+            if reprobench_proto::synthetic::SyntheticDataset::parse(name).is_none()
+                && crate::datasets::android_sim_dir(name, &a.datasets_dir(), sweep_dir).is_none()
+            {
                 let ds = crate::datasets::load(name, &a.datasets_dir(), sweep_dir, None)?;
                 crate::datasets::ensure_mirrors(&ds, &a.node.settings().repos)?;
             }

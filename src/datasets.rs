@@ -22,6 +22,13 @@ pub fn attach(
         if SyntheticDataset::parse(name).is_some() {
             continue;
         }
+        if let Some(dir) = android_sim_dir(name, datasets_dir, base) {
+            att.insert(
+                reprobench_proto::android::android_rows_key(name),
+                android_rows(&dir)?,
+            );
+            continue;
+        }
         let ds = load(name, datasets_dir, base, None)?;
         problems.extend(ds.errors.iter().cloned());
         att.insert(dataset_key(name), rows_jsonl(&ds));
@@ -41,6 +48,42 @@ pub fn attach(
         }
     }
     Ok((att, problems))
+}
+
+/// The directory of a simulator dataset (`android-sim`, or a path to one), if `name` is one.
+pub fn android_sim_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<PathBuf> {
+    let candidate = resolve(base, name);
+    let dir = if candidate.is_dir() {
+        candidate
+    } else {
+        datasets_dir.join(name)
+    };
+    let manifest = std::fs::read_to_string(dir.join("manifest.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&manifest).ok()?;
+    (v["track"] == "android" && v.get("apps").is_some()).then_some(dir)
+}
+
+/// The rows of a simulator dataset as a sweep attaches them.
+fn android_rows(dir: &Path) -> Result<String> {
+    use reprobench_agent_node::android::sim::{BugKind, Dataset};
+    use reprobench_proto::android::{AndroidRow, BugType};
+    let ds = Dataset::load(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    Ok(ds
+        .reports
+        .iter()
+        .map(|(id, r)| {
+            let row = AndroidRow {
+                instance_id: id.clone(),
+                app: r.app.clone(),
+                bug_type: match r.kind {
+                    BugKind::Crash => BugType::Crash,
+                    BugKind::NonCrash => BugType::NonCrash,
+                },
+                ground_truth_actions: Some(r.ground_truth.len() as u32),
+            };
+            serde_json::to_string(&row).expect("serializes") + "\n"
+        })
+        .collect())
 }
 
 fn resolve(base: &Path, path: &str) -> PathBuf {

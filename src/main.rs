@@ -110,6 +110,13 @@ pub struct SwtNodeArgs {
     /// are deterministic re-runs and are reported as replays.
     #[arg(long, value_name = "PATH")]
     replay: Option<PathBuf>,
+    /// The simulator's suite of apps and reports [default: DATASETS/android-sim].
+    #[arg(long, value_name = "DIR")]
+    android_sim: Option<PathBuf>,
+    /// Factor on the simulator's latency model: 0 runs instantly, 1 waits as an emulator would
+    /// (action ≈ 2 s, snapshot load ≈ 0.65 s).
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    sim_latency_scale: f64,
 }
 
 impl SwtNodeArgs {
@@ -122,6 +129,8 @@ impl SwtNodeArgs {
             base_image: reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE.into(),
             image_budget_gb: 20,
             replay: None,
+            android_sim: None,
+            sim_latency_scale: 0.0,
         }
     }
 
@@ -145,6 +154,11 @@ impl SwtNodeArgs {
         }
         s.docker.base_image = self.base_image.clone();
         s.replay = self.replay.clone().map(Self::absolute);
+        if let Some(d) = &self.android_sim {
+            s.android_sim = d.clone();
+        }
+        s.android_sim = Self::absolute(s.android_sim);
+        s.sim_latency_scale = self.sim_latency_scale.max(0.0);
         s.docker.disk_budget_bytes = self.image_budget_gb << 30;
         s.repos = Self::absolute(s.repos);
         s.cache_dir = Self::absolute(s.cache_dir);
@@ -166,6 +180,10 @@ impl SwtNodeArgs {
             s.docker.base_image.clone(),
             "--image-budget-gb".into(),
             self.image_budget_gb.to_string(),
+            "--android-sim".into(),
+            s.android_sim.display().to_string(),
+            "--sim-latency-scale".into(),
+            s.sim_latency_scale.to_string(),
         ]
         .into_iter()
         .chain(

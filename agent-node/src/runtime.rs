@@ -55,6 +55,10 @@ pub struct SwtSettings {
     pub docker: DockerConfig,
     /// Replay recorded LLM transcripts (a file or directory) instead of calling backbones.
     pub replay: Option<PathBuf>,
+    /// The `android-sim` suite (apps and reports) the `sim` executor runs.
+    pub android_sim: PathBuf,
+    /// Factor on the simulator's latency model (0: instant; 1: the emulator-like defaults).
+    pub sim_latency_scale: f64,
 }
 
 impl Default for SwtSettings {
@@ -66,6 +70,8 @@ impl Default for SwtSettings {
             artifacts: docker.cache_dir.join("artifacts"),
             docker,
             replay: None,
+            android_sim: reprobench_proto::swt::default_datasets_dir().join("android-sim"),
+            sim_latency_scale: 0.0,
         }
     }
 }
@@ -102,6 +108,11 @@ async fn build_executors(
         let s = &cfg.swt;
         let exec: Arc<dyn Executor> = match spec.kind.as_str() {
             "synthetic" => Arc::new(SyntheticExecutor),
+            "sim" => Arc::new(crate::android::executor::SimExecutor::new(
+                s.android_sim.clone(),
+                s.sim_latency_scale,
+                s.artifacts.clone(),
+            )),
             "process" => {
                 let sandbox = Arc::new(ProcessSandbox::new(process_cache_dir(&s.cache_dir)));
                 let e = SwtExecutor::new(
@@ -132,7 +143,7 @@ async fn build_executors(
             }
             other => {
                 return Err(NodeError::Config(format!(
-                    "this build has no `{other}` executor yet; offer slots of: synthetic, process, docker"
+                    "this build has no `{other}` executor yet; offer slots of: synthetic, process, docker, sim"
                 )));
             }
         };

@@ -1,6 +1,7 @@
 //! Sweep expansion: datasets × agents × variants × backbones × repeats → task rows. Pure.
 
 use crate::store::NewTask;
+use reprobench_proto::android::{self, AndroidPayload, AndroidRow};
 use reprobench_proto::sweep::{AgentSpec, SweepSpec};
 use reprobench_proto::swt::{self, EvalLimits, Prediction, SwtAgent, SwtInstance, SwtPayload};
 use reprobench_proto::synthetic::{self, SyntheticDataset, SyntheticPayload};
@@ -29,6 +30,10 @@ pub fn expand(spec: &SweepSpec, attachments: &Attachments) -> Result<Vec<NewTask
     let backbones = spec.backbone_names();
     let mut tasks = Vec::new();
     for dataset in &spec.datasets {
+        if let Some(rows) = attachments.get(&android::android_rows_key(dataset)) {
+            expand_android(spec, dataset, rows, &backbones, &mut tasks)?;
+            continue;
+        }
         if SyntheticDataset::parse(dataset).is_none() {
             expand_swt(spec, dataset, attachments, &backbones, &mut tasks)?;
             continue;
@@ -68,6 +73,63 @@ pub fn expand(spec: &SweepSpec, attachments: &Attachments) -> Result<Vec<NewTask
         }
     }
     Ok(tasks)
+}
+
+fn expand_android(
+    spec: &SweepSpec,
+    dataset: &str,
+    rows: &str,
+    backbones: &[String],
+    tasks: &mut Vec<NewTask>,
+) -> Result<(), ExpandError> {
+    let rows: Vec<AndroidRow> = rows
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .map_err(|e| ExpandError(format!("attached rows of `{dataset}` are invalid: {e}")))?;
+    for agent in &spec.agents {
+        if !android::NO_LLM_ANDROID_AGENTS.contains(&agent.name.as_str()) {
+            return Err(ExpandError(format!(
+                "agent `{}` cannot run android dataset `{dataset}` yet; this build runs {}",
+                agent.name,
+                android::NO_LLM_ANDROID_AGENTS.join(", ")
+            )));
+        }
+        for variant in &agent.variants {
+            for backbone in backbones {
+                for repeat in 0..spec.repeats {
+                    for (i, row) in rows.iter().enumerate() {
+                        let payload = AndroidPayload {
+                            dataset: dataset.to_string(),
+                            instance_id: row.instance_id.clone(),
+                            agent: agent.name.clone(),
+                            variant: variant.clone(),
+                            seed: task_seed(spec.seed, i as u64, repeat, variant, backbone),
+                            max_actions: spec.budget.max_actions,
+                            max_minutes: spec.budget.max_minutes,
+                        };
+                        tasks.push(NewTask {
+                            track: "android".into(),
+                            dataset: dataset.to_string(),
+                            instance_id: row.instance_id.clone(),
+                            repo_or_app: row.app.clone(),
+                            bug_type: Some(row.bug_type.as_str().to_string()),
+                            agent: agent.name.clone(),
+                            variant: variant.clone(),
+                            backbone: backbone.clone(),
+                            repeat,
+                            kind: "sim".into(),
+                            affinity_key: row.app.clone(),
+                            payload: serde_json::to_string(&payload).expect("payload serializes"),
+                            ground_truth_actions: row.ground_truth_actions,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn expand_swt(

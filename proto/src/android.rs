@@ -506,3 +506,43 @@ mod tests {
         assert!(serde_json::from_str::<BugType>("\"hang\"").is_err());
     }
 }
+
+/// Agents of the android track that need no LLM.
+pub const NO_LLM_ANDROID_AGENTS: &[&str] = &["gold-trace", "monkey"];
+
+/// Attachment key of an android dataset's rows (`android:NAME`).
+pub fn android_rows_key(name: &str) -> String {
+    format!("android:{name}")
+}
+
+/// A row of an android dataset as a sweep carries it: the node holds the apps and reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AndroidRow {
+    /// Report id (the instance).
+    pub instance_id: String,
+    /// App (the affinity key: a device with the app installed is warm for it).
+    pub app: String,
+    /// Crash or non-crash.
+    pub bug_type: BugType,
+    /// Actions in the ground-truth reproduction.
+    pub ground_truth_actions: Option<u32>,
+}
+
+/// What an android task tells the node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AndroidPayload {
+    /// Dataset name (the node looks the report and app up in it).
+    pub dataset: String,
+    /// The report.
+    pub instance_id: String,
+    /// Agent name.
+    pub agent: String,
+    /// Variant.
+    pub variant: String,
+    /// Seed of anything random the agent does.
+    pub seed: u64,
+    /// UI actions allowed.
+    pub max_actions: u32,
+    /// Minutes allowed.
+    pub max_minutes: f64,
+}

@@ -3,5 +3,6 @@
 
 pub mod adb;
 pub mod device;
+pub mod executor;
 pub mod explore;
 pub mod sim;
