@@ -398,25 +398,30 @@ async fn fetch_results(address: &CoordinatorAddress, run_id: &str) -> Result<Vec
     Ok(rows)
 }
 
-/// Prints a finished run: one JSON object, or a line and the summary table.
-pub fn report(done: &Finished, json: bool) {
+/// A finished run as one JSON object (what `--json` prints).
+pub fn finished_json(done: &Finished) -> serde_json::Value {
     let (s, rows, elapsed, resumed) = (&done.summary, &done.rows, done.elapsed, done.resumed);
+    serde_json::json!({
+        "run_id": s.run_id,
+        "sweep": s.name,
+        "state": s.state,
+        "tasks": s.tasks,
+        "succeeded": s.succeeded,
+        "failed": s.failed,
+        "errored": s.errored,
+        "cancelled": s.cancelled,
+        "retried_attempts": s.retried_attempts,
+        "result_rows": rows.len(),
+        "resumed": resumed,
+        "wall_s": elapsed.as_secs_f64(),
+    })
+}
+
+/// Prints a finished run: its JSON summary, or a line and the summary table.
+pub fn report(done: &Finished, json: bool) {
+    let (s, rows, elapsed) = (&done.summary, &done.rows, done.elapsed);
     if json {
-        let v = serde_json::json!({
-            "run_id": s.run_id,
-            "sweep": s.name,
-            "state": s.state,
-            "tasks": s.tasks,
-            "succeeded": s.succeeded,
-            "failed": s.failed,
-            "errored": s.errored,
-            "cancelled": s.cancelled,
-            "retried_attempts": s.retried_attempts,
-            "result_rows": rows.len(),
-            "resumed": resumed,
-            "wall_s": elapsed.as_secs_f64(),
-        });
-        println!("{v}");
+        println!("{}", finished_json(done));
         return;
     }
     println!(

@@ -158,6 +158,35 @@ impl Drop for LocalCluster {
 
 /// `reprobench quickstart`: swt-mini evaluated with the `gold` and `issue-snippet` agents on a
 /// local cluster (docker when the engine and base image are there, else the process executor).
+/// The android part of quickstart: `android-sim` with `gold-trace` and `monkey` on `sim` slots.
+async fn quickstart_android(
+    data: &Path,
+    node: &crate::SwtNodeArgs,
+    nodes: u32,
+    json: bool,
+) -> Result<crate::client::Finished> {
+    let datasets_dir = reprobench_proto::swt::default_datasets_dir();
+    let spec = reprobench_proto::sweep::SweepSpec::from_toml(
+        "name = \"quickstart-android\"\ndatasets = [\"android-sim\"]\n[[agents]]\nname = \"gold-trace\"\n[[agents]]\nname = \"monkey\"\n",
+    )?;
+    let (attachments, _) = crate::datasets::attach(&spec, &datasets_dir, Path::new("."))?;
+    let req = reprobench_proto::v1::SubmitRunRequest {
+        sweep_toml: spec.to_toml(),
+        resume_existing: true,
+        attachments: attachments.into_iter().collect(),
+        reuse_finished: false,
+    };
+    let local = LocalNodes {
+        count: nodes,
+        slots: vec![SlotSpec {
+            kind: "sim".into(),
+            slots: 2,
+        }],
+        args: node.node_args(),
+    };
+    crate::client::run_local(data, &local, req, json).await
+}
+
 /// The backbone quickstart uses, from `REPROBENCH_BASE_URL`, `REPROBENCH_MODEL` and
 /// `REPROBENCH_API_KEY` (or `OPENAI_API_KEY`); `None` when no endpoint is configured.
 pub fn backbone_from_env() -> Option<reprobench_proto::sweep::BackboneSpec> {
@@ -257,7 +286,18 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
         args: node.node_args(),
     };
     let done = crate::client::run_local(data, &local, req, json).await?;
-    crate::client::report(&done, json);
+    let android = quickstart_android(data, &node, nodes, json).await?;
+    if json {
+        let mut v = crate::client::finished_json(&done);
+        v["android"] = crate::client::finished_json(&android);
+        println!("{v}");
+    } else {
+        crate::client::report(&done, false);
+        println!(
+            "\nandroid-sim on simulated devices (self-made apps; not an emulator): `gold-trace` replays each report's ground truth, `monkey` acts at random with a fixed seed"
+        );
+        crate::client::report(&android, false);
+    }
     if !json {
         println!(
             "\nNext: `reprobench results {} --data {} --format csv`; evaluate your own predictions with\n`reprobench eval --dataset swt-mini --predictions preds.jsonl --local-nodes 2`.",
