@@ -156,8 +156,6 @@ impl Drop for LocalCluster {
     }
 }
 
-/// `reprobench quickstart`: swt-mini evaluated with the `gold` and `issue-snippet` agents on a
-/// local cluster (docker when the engine and base image are there, else the process executor).
 /// The android part of quickstart: `android-sim` with `gold-trace` and `monkey` on `sim` slots.
 async fn quickstart_android(
     data: &Path,
@@ -213,6 +211,10 @@ pub fn backbone_from_env() -> Option<reprobench_proto::sweep::BackboneSpec> {
     })
 }
 
+/// `reprobench quickstart`: swt-mini evaluated with the `gold` and `issue-snippet` agents (and
+/// `reproagent` and `zero-shot-plus` when a backbone is configured) on a local cluster (docker
+/// when the engine and base image are there, else the process executor), then android-sim with
+/// `gold-trace` and `monkey` on simulated devices.
 pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
     let node = crate::SwtNodeArgs::defaults();
     let datasets_dir = reprobench_proto::swt::default_datasets_dir();

@@ -35,7 +35,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a small synthetic sweep on a local cluster and print its summary table.
+    /// The main job on built-in data: swt-mini evaluated SWT-bench style and android-sim on
+    /// simulated devices, on a local cluster, with summary tables (LLM agents too when
+    /// REPROBENCH_BASE_URL/REPROBENCH_MODEL/REPROBENCH_API_KEY name a backbone).
     Quickstart(QuickstartArgs),
     /// Run the coordinator: store, scheduler, and the gRPC services nodes and users call.
     Serve(ServeArgs),
