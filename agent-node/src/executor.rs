@@ -56,6 +56,18 @@ pub trait Executor: Send + Sync {
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd>;
 }
 
+/// An attempt that ended in an error of `class` (infra errors are retried, bad input is not).
+pub fn error_end(class: FailureClass, error_class: &str, message: String) -> AttemptEnd {
+    AttemptEnd::Finished(Outcome {
+        success: false,
+        verdict: "error".into(),
+        failure_class: class as i32,
+        error_class: error_class.into(),
+        error_message: message,
+        ..Default::default()
+    })
+}
+
 /// An outcome for input the executor cannot use: final, not retried.
 pub fn bad_input(error_class: &str, message: String) -> Outcome {
     Outcome {

@@ -140,15 +140,12 @@ pub const LIBRO_EXAMPLES: &[(&str, &str)] = &[
 
 /// Whether a run failed for a setup reason rather than the test's own logic.
 pub fn is_setup_failure(run: &TestRun) -> bool {
-    const SETUP: [&str; 6] = [
-        "ModuleNotFoundError",
-        "ImportError",
-        "SyntaxError",
-        "IndentationError",
-        "ERROR collecting",
-        "fixture '",
-    ];
-    run.timed_out || run.exit_code.is_none() || SETUP.iter().any(|s| run.output.contains(s))
+    use super::reproagent::{RunSignal, classify_run};
+    run.exit_code.is_none()
+        || matches!(
+            classify_run(run),
+            RunSignal::SetupError { .. } | RunSignal::TimedOut
+        )
 }
 
 /// The line that names a failure (the last `E   ...` line or exception line), to cluster on.

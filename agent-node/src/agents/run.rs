@@ -197,11 +197,7 @@ pub async fn run_builtin(
                     setup.artifacts.join("reproagent.json"),
                     serde_json::to_vec_pretty(&out).unwrap_or_default(),
                 );
-                let err = out
-                    .stopped_by
-                    .as_deref()
-                    .filter(|s| s.starts_with("llm_error"))
-                    .map(|s| (FailureClass::Infra, "llm_error".to_string(), s.to_string()));
+                let err = llm_failure(out.stopped_by.as_deref());
                 let summary = json!({
                     "stages_run": out.stages_run,
                     "llm_calls_by_stage": out.llm_calls_by_stage,
@@ -290,13 +286,17 @@ fn baseline_result(out: baselines::BaselineOutcome, dir: &Path, file: &str) -> P
         dir.join(file),
         serde_json::to_vec_pretty(&out).unwrap_or_default(),
     );
-    let err = out
-        .stopped_by
-        .as_deref()
-        .filter(|s| s.starts_with("llm_error"))
-        .map(|s| (FailureClass::Infra, "llm_error".to_string(), s.to_string()));
+    let err = llm_failure(out.stopped_by.as_deref());
     let summary = json!({"llm_calls": out.llm_calls, "candidates": out.candidates.len(), "stopped_by": out.stopped_by});
     (out.test_patch, summary, None, None, err)
+}
+
+/// An agent that stopped because its LLM calls failed (not its budget) hit an infrastructure
+/// failure: the task is retried.
+fn llm_failure(stopped_by: Option<&str>) -> Option<(FailureClass, String, String)> {
+    stopped_by
+        .filter(|s| s.starts_with("llm_error"))
+        .map(|s| (FailureClass::Infra, "llm_error".to_string(), s.to_string()))
 }
 
 /// The BM25-retrieved code shown to `zero-shot-plus`: the top chunks for the issue text.

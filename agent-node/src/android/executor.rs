@@ -4,7 +4,9 @@
 use super::device::Device;
 use super::explore::{TraceOutcome, monkey};
 use super::sim::{Dataset, SimLatency, replay};
-use crate::executor::{AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, bad_input};
+use crate::executor::{
+    AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, bad_input, error_end as error,
+};
 use reprobench_proto::android::AndroidPayload;
 use reprobench_proto::time::now_ms;
 use reprobench_proto::v1::{FailureClass, Outcome};
@@ -29,17 +31,6 @@ impl SimExecutor {
             artifacts,
         }
     }
-}
-
-fn error(class: FailureClass, error_class: &str, message: String) -> AttemptEnd {
-    AttemptEnd::Finished(Outcome {
-        success: false,
-        verdict: "error".into(),
-        failure_class: class as i32,
-        error_class: error_class.into(),
-        error_message: message,
-        ..Default::default()
-    })
 }
 
 async fn run(

@@ -4,7 +4,10 @@
 //! directives — and grades it.
 
 use crate::agents::run::{self as agent_run, AgentProduct, AgentSetup};
-use crate::executor::{AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, bad_input};
+use crate::executor::{
+    AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, bad_input,
+    error_end as outcome_error,
+};
 use crate::gateway::Gateway;
 use crate::sandbox::{EnvRecipe, ExecRequest, Limits, Prepared, Sandbox, SandboxError};
 use crate::swt::grading::{self, Transition};
@@ -94,17 +97,6 @@ impl Which {
             Which::Base => "base",
         }
     }
-}
-
-fn outcome_error(class: FailureClass, error_class: &str, message: String) -> AttemptEnd {
-    AttemptEnd::Finished(Outcome {
-        success: false,
-        verdict: "error".into(),
-        failure_class: class as i32,
-        error_class: error_class.into(),
-        error_message: message,
-        ..Default::default()
-    })
 }
 
 fn sandbox_error(e: SandboxError) -> AttemptEnd {
