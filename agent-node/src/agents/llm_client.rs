@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// A chat-completions client bound to one task's virtual key.
+#[derive(Clone)]
 pub struct GatewayLlm {
     http: reqwest::Client,
     url: String,

@@ -2,6 +2,7 @@
 //! behind one [`device::Device`] trait.
 
 pub mod adb;
+pub mod agent;
 pub mod device;
 pub mod executor;
 pub mod explore;
