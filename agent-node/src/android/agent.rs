@@ -81,6 +81,17 @@ impl Meter {
     }
 }
 
+/// Why an android agent could not finish its run (budgets are not errors: they end the run).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum AgentError {
+    /// The device failed (the attempt is retried elsewhere).
+    #[error(transparent)]
+    Device(#[from] super::device::DeviceError),
+    /// An LLM call failed after the gateway's retries.
+    #[error("LLM call failed: {0}")]
+    Llm(String),
+}
+
 /// What an android agent's run returns; the executor grades it by replaying `trace` on a fresh
 /// device of the same app.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
