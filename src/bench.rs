@@ -480,3 +480,92 @@ pub fn tables(a: TablesBenchArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// Options of the pre-assessment benchmark.
+#[derive(Args)]
+pub struct PreassessBenchArgs {
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Device replicas of the parallel run (K).
+    #[arg(long, default_value_t = 4)]
+    replicas: usize,
+    /// Factor on every latency, to shorten the run; times are reported in model seconds.
+    #[arg(long, default_value_t = 0.02)]
+    scale: f64,
+    /// Assumed latency of one LLM call, in model milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    llm_latency_ms: u64,
+    /// Reports to run (repeatable) [default: every android-sim report].
+    #[arg(long = "report", value_name = "ID")]
+    reports: Vec<String>,
+    /// The android-sim suite [default: DATASETS/android-sim].
+    #[arg(long, value_name = "DIR")]
+    android_sim: Option<std::path::PathBuf>,
+}
+
+/// `reprobench bench preassess`.
+pub async fn preassess(a: PreassessBenchArgs) -> Result<()> {
+    use reprobench_agent_node::android::ltgdroid::bench as pb;
+    let dataset_dir = a
+        .android_sim
+        .unwrap_or_else(|| reprobench_proto::swt::default_datasets_dir().join("android-sim"));
+    let opts = pb::PreassessOptions {
+        dataset_dir,
+        replicas: a.replicas.max(1),
+        scale: a.scale,
+        llm_latency_ms: a.llm_latency_ms,
+        reports: a.reports,
+    };
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} preassess {msg} [{elapsed}]")
+            .expect("a valid progress template"),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    let figures = pb::run(&opts, |id| {
+        bar.set_message(format!("{id}: K=1, then K={}", opts.replicas))
+    })
+    .await
+    .map_err(anyhow::Error::msg)?;
+    bar.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+        return Ok(());
+    }
+    println!(
+        "ltgdroid pre-assessment on the simulator (latency model scaled by {}; LLM: {}, {} ms per call assumed)",
+        figures.scale, figures.llm, figures.llm_latency_ms
+    );
+    println!(
+        "{:<18} {:>9} {:>9} {:>8} {:>8}  same",
+        "report",
+        "K=1 s",
+        format!("K={} s", figures.replicas),
+        "actions",
+        "success"
+    );
+    for r in &figures.per_report {
+        println!(
+            "{:<18} {:>9.1} {:>9.1} {:>8} {:>8}  {}",
+            r.report,
+            r.k1.wall_s,
+            r.kn.wall_s,
+            r.k1.actions,
+            r.k1.success && r.kn.success,
+            r.same_trace
+        );
+    }
+    println!(
+        "mean wall per report: K=1 {:.1} s, K={} {:.1} s, speedup {:.2}; reproduced {}/{} and {}/{}",
+        figures.wall_k1_s,
+        figures.replicas,
+        figures.wall_k4_s,
+        figures.speedup,
+        figures.success_k1,
+        figures.reports,
+        figures.success_k4,
+        figures.reports
+    );
+    Ok(())
+}

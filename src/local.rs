@@ -156,17 +156,25 @@ impl Drop for LocalCluster {
     }
 }
 
-/// The android part of quickstart: `android-sim` with `gold-trace` and `monkey` on `sim` slots.
+/// The android part of quickstart: `android-sim` with `gold-trace` and `monkey` on `sim` slots,
+/// and `ltgdroid` when a backbone is configured.
 async fn quickstart_android(
     data: &Path,
     node: &crate::SwtNodeArgs,
     nodes: u32,
     json: bool,
+    backbone: Option<reprobench_proto::sweep::BackboneSpec>,
 ) -> Result<crate::client::Finished> {
     let datasets_dir = reprobench_proto::swt::default_datasets_dir();
-    let spec = reprobench_proto::sweep::SweepSpec::from_toml(
+    let mut spec = reprobench_proto::sweep::SweepSpec::from_toml(
         "name = \"quickstart-android\"\ndatasets = [\"android-sim\"]\n[[agents]]\nname = \"gold-trace\"\n[[agents]]\nname = \"monkey\"\n",
     )?;
+    if let Some(b) = backbone {
+        let mut ltgdroid = spec.agents[0].clone();
+        ltgdroid.name = "ltgdroid".into();
+        spec.agents.push(ltgdroid);
+        spec.backbones.push(b);
+    }
     let (attachments, _) = crate::datasets::attach(&spec, &datasets_dir, Path::new("."))?;
     let req = reprobench_proto::v1::SubmitRunRequest {
         sweep_toml: spec.to_toml(),
@@ -214,7 +222,7 @@ pub fn backbone_from_env() -> Option<reprobench_proto::sweep::BackboneSpec> {
 /// `reprobench quickstart`: swt-mini evaluated with the `gold` and `issue-snippet` agents (and
 /// `reproagent` and `zero-shot-plus` when a backbone is configured) on a local cluster (docker
 /// when the engine and base image are there, else the process executor), then android-sim with
-/// `gold-trace` and `monkey` on simulated devices.
+/// `gold-trace` and `monkey` (and `ltgdroid` with a backbone) on simulated devices.
 pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
     let node = crate::SwtNodeArgs::defaults();
     let datasets_dir = reprobench_proto::swt::default_datasets_dir();
@@ -232,11 +240,11 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
         );
         match &backbone {
             Some(b) => eprintln!(
-                "A backbone is configured ({} at {}): `reproagent` and `zero-shot-plus` run too, through each node's metering gateway.\n",
+                "A backbone is configured ({} at {}): `reproagent` and `zero-shot-plus` (swt-mini) and `ltgdroid` (android-sim) run too, through each node's metering gateway.\n",
                 b.model, b.base_url
             ),
             None => eprintln!(
-                "To also run the LLM agents `reproagent` and `zero-shot-plus`, set REPROBENCH_BASE_URL, REPROBENCH_MODEL and REPROBENCH_API_KEY (or OPENAI_API_KEY) for any OpenAI-compatible endpoint.\n"
+                "To also run the LLM agents `reproagent`, `zero-shot-plus` and `ltgdroid`, set REPROBENCH_BASE_URL, REPROBENCH_MODEL and REPROBENCH_API_KEY (or OPENAI_API_KEY) for any OpenAI-compatible endpoint.\n"
             ),
         }
     }
@@ -288,7 +296,7 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
         args: node.node_args(),
     };
     let done = crate::client::run_local(data, &local, req, json).await?;
-    let android = quickstart_android(data, &node, nodes, json).await?;
+    let android = quickstart_android(data, &node, nodes, json, backbone_from_env()).await?;
     if json {
         let mut v = crate::client::finished_json(&done);
         v["android"] = crate::client::finished_json(&android);
@@ -296,7 +304,12 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
     } else {
         crate::client::report(&done, false);
         println!(
-            "\nandroid-sim on simulated devices (self-made apps; not an emulator): `gold-trace` replays each report's ground truth, `monkey` acts at random with a fixed seed"
+            "\nandroid-sim on simulated devices (self-made apps; not an emulator): `gold-trace` replays each report's ground truth, `monkey` acts at random with a fixed seed{}",
+            if backbone_from_env().is_some() {
+                ", `ltgdroid` explores with the configured backbone"
+            } else {
+                ""
+            }
         );
         crate::client::report(&android, false);
     }

@@ -119,6 +119,10 @@ pub struct SwtNodeArgs {
     /// (action ≈ 2 s, snapshot load ≈ 0.65 s).
     #[arg(long, value_name = "F", default_value_t = 0.0)]
     sim_latency_scale: f64,
+    /// Device replicas ltgdroid pre-assesses each screen's candidate actions on, in parallel
+    /// (K; the original runs them one after another, K = 1).
+    #[arg(long, value_name = "K", default_value_t = reprobench_agent_node::android::executor::DEFAULT_PREASSESS_REPLICAS)]
+    preassess_replicas: usize,
 }
 
 impl SwtNodeArgs {
@@ -133,6 +137,8 @@ impl SwtNodeArgs {
             replay: None,
             android_sim: None,
             sim_latency_scale: 0.0,
+            preassess_replicas:
+                reprobench_agent_node::android::executor::DEFAULT_PREASSESS_REPLICAS,
         }
     }
 
@@ -161,6 +167,7 @@ impl SwtNodeArgs {
         }
         s.android_sim = Self::absolute(s.android_sim);
         s.sim_latency_scale = self.sim_latency_scale.max(0.0);
+        s.preassess_replicas = self.preassess_replicas.max(1);
         s.docker.disk_budget_bytes = self.image_budget_gb << 30;
         s.repos = Self::absolute(s.repos);
         s.cache_dir = Self::absolute(s.cache_dir);
@@ -186,6 +193,8 @@ impl SwtNodeArgs {
             s.android_sim.display().to_string(),
             "--sim-latency-scale".into(),
             s.sim_latency_scale.to_string(),
+            "--preassess-replicas".into(),
+            s.preassess_replicas.to_string(),
         ]
         .into_iter()
         .chain(
@@ -495,6 +504,9 @@ enum BenchWhich {
     /// LLM gateway: added latency per call (p50, p99) and throughput at 64 concurrent calls,
     /// against a scripted upstream.
     Gateway(gateway_cmd::GatewayBenchArgs),
+    /// ltgdroid pre-assessment: wall time per android-sim report with K = 1 and K = 4 device
+    /// replicas under the simulator's latency model, at equal success (scripted stand-in LLM).
+    Preassess(bench::PreassessBenchArgs),
 }
 
 fn init_tracing(default: &str) {
@@ -557,6 +569,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
             BenchWhich::Eval(b) => bench::eval(b).await?,
             BenchWhich::Tables(b) => bench::tables(b)?,
             BenchWhich::Gateway(b) => gateway_cmd::bench(b).await?,
+            BenchWhich::Preassess(b) => bench::preassess(b).await?,
         },
         Command::Gateway(a) => gateway_cmd::gateway(a).await?,
     }

@@ -59,6 +59,8 @@ pub struct SwtSettings {
     pub android_sim: PathBuf,
     /// Factor on the simulator's latency model (0: instant; 1: the emulator-like defaults).
     pub sim_latency_scale: f64,
+    /// Device replicas ltgdroid pre-assesses candidate actions on (K).
+    pub preassess_replicas: usize,
 }
 
 impl Default for SwtSettings {
@@ -72,6 +74,7 @@ impl Default for SwtSettings {
             replay: None,
             android_sim: reprobench_proto::swt::default_datasets_dir().join("android-sim"),
             sim_latency_scale: 0.0,
+            preassess_replicas: crate::android::executor::DEFAULT_PREASSESS_REPLICAS,
         }
     }
 }
@@ -94,7 +97,7 @@ async fn build_executors(
     let mut executors: HashMap<String, Arc<dyn Executor>> = HashMap::new();
     let mut gateway: Option<Gateway> = None;
     for spec in &cfg.slots {
-        if matches!(spec.kind.as_str(), "process" | "docker") && gateway.is_none() {
+        if matches!(spec.kind.as_str(), "process" | "docker" | "sim") && gateway.is_none() {
             let config = GatewayConfig {
                 replay: cfg.swt.replay.clone(),
                 ..GatewayConfig::default()
@@ -108,11 +111,18 @@ async fn build_executors(
         let s = &cfg.swt;
         let exec: Arc<dyn Executor> = match spec.kind.as_str() {
             "synthetic" => Arc::new(SyntheticExecutor),
-            "sim" => Arc::new(crate::android::executor::SimExecutor::new(
-                s.android_sim.clone(),
-                s.sim_latency_scale,
-                s.artifacts.clone(),
-            )),
+            "sim" => {
+                let e = crate::android::executor::SimExecutor::new(
+                    s.android_sim.clone(),
+                    s.sim_latency_scale,
+                    s.artifacts.clone(),
+                )
+                .with_replicas(s.preassess_replicas);
+                Arc::new(match &gateway {
+                    Some(g) => e.with_gateway(g.clone()),
+                    None => e,
+                })
+            }
             "process" => {
                 let sandbox = Arc::new(ProcessSandbox::new(process_cache_dir(&s.cache_dir)));
                 let e = SwtExecutor::new(

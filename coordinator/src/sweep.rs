@@ -89,15 +89,40 @@ fn expand_android(
         .collect::<Result<_, _>>()
         .map_err(|e| ExpandError(format!("attached rows of `{dataset}` are invalid: {e}")))?;
     for agent in &spec.agents {
-        if !android::NO_LLM_ANDROID_AGENTS.contains(&agent.name.as_str()) {
+        let llm_variants = android::llm_android_variants(&agent.name);
+        if llm_variants.is_none() && !android::NO_LLM_ANDROID_AGENTS.contains(&agent.name.as_str())
+        {
+            let known: Vec<&str> = android::NO_LLM_ANDROID_AGENTS
+                .iter()
+                .copied()
+                .chain(android::LLM_ANDROID_AGENTS.iter().map(|(n, _)| *n))
+                .collect();
             return Err(ExpandError(format!(
-                "agent `{}` cannot run android dataset `{dataset}` yet; this build runs {}",
+                "agent `{}` cannot run android dataset `{dataset}`; the android agents are {}",
                 agent.name,
-                android::NO_LLM_ANDROID_AGENTS.join(", ")
+                known.join(", ")
             )));
+        }
+        if let Some(valid) = llm_variants {
+            if spec.backbones.is_empty() {
+                return Err(ExpandError(format!(
+                    "agent `{}` calls an LLM: add a [[backbones]] entry (any OpenAI-compatible endpoint: name, base_url, model, api_key_env)",
+                    agent.name
+                )));
+            }
+            if let Some(bad) = agent.variants.iter().find(|v| !valid.contains(&v.as_str())) {
+                return Err(ExpandError(format!(
+                    "agent `{}` has no variant `{bad}`; its variants are {}",
+                    agent.name,
+                    valid.join(", ")
+                )));
+            }
         }
         for variant in &agent.variants {
             for backbone in backbones {
+                let backbone_spec = llm_variants
+                    .and_then(|_| spec.backbones.iter().find(|b| &b.name == backbone))
+                    .cloned();
                 for repeat in 0..spec.repeats {
                     for (i, row) in rows.iter().enumerate() {
                         let payload = AndroidPayload {
@@ -108,6 +133,8 @@ fn expand_android(
                             seed: task_seed(spec.seed, i as u64, repeat, variant, backbone),
                             max_actions: spec.budget.max_actions,
                             max_minutes: spec.budget.max_minutes,
+                            budget: backbone_spec.as_ref().map(|_| spec.budget.clone()),
+                            backbone: backbone_spec.clone(),
                         };
                         tasks.push(NewTask {
                             track: "android".into(),

@@ -545,4 +545,26 @@ pub struct AndroidPayload {
     pub max_actions: u32,
     /// Minutes allowed.
     pub max_minutes: f64,
+    /// The backbone of an LLM agent (none for gold-trace and monkey).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backbone: Option<crate::sweep::BackboneSpec>,
+    /// The task's whole budget (LLM calls, tokens, cost) for an LLM agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<crate::sweep::Budget>,
+}
+
+/// Agents of the android track that call an LLM, with their variants.
+pub const LLM_ANDROID_AGENTS: &[(&str, &[&str])] = &[
+    ("ltgdroid", &["full", "no-ra", "no-ae", "no-ta", "no-bv"]),
+    ("rebl", &["full"]),
+    ("rebl-visual", &["full"]),
+    ("adbgpt", &["full"]),
+];
+
+/// The variants of an android LLM agent, or `None` if `name` is not one.
+pub fn llm_android_variants(name: &str) -> Option<&'static [&'static str]> {
+    LLM_ANDROID_AGENTS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
 }

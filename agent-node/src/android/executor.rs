@@ -1,24 +1,40 @@
 //! The `sim` executor: runs an android task's agent on a simulated device of the report's app
 //! and grades it with the report's verifier (crash oracle or on-screen symptom).
+//!
+//! LLM agents (`ltgdroid`, `rebl`, `rebl-visual`, `adbgpt`) call their backbone through the
+//! node's gateway with a per-task key; their offered trace is graded by replaying it from app
+//! start on a fresh device of the same app. `ltgdroid` pre-assesses on K replicas.
 
+use super::agent::{AgentError, AndroidRun, Meter};
+use super::baselines;
 use super::device::Device;
 use super::explore::{TraceOutcome, monkey};
-use super::sim::{Dataset, SimLatency, replay};
+use super::ltgdroid::{self, Config, Variant};
+use super::sim::{BugKind, Dataset, SimDevice, SimLatency, SimReport, replay};
+use crate::agents::llm_client::GatewayLlm;
+use crate::agents::run::task_budget;
 use crate::executor::{
     AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, bad_input, error_end as error,
 };
+use crate::gateway::{Gateway, Usage};
 use reprobench_proto::android::AndroidPayload;
+use reprobench_proto::android::BugType;
 use reprobench_proto::time::now_ms;
 use reprobench_proto::v1::{FailureClass, Outcome};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Device replicas `ltgdroid` pre-assesses on, unless configured otherwise.
+pub const DEFAULT_PREASSESS_REPLICAS: usize = 4;
+
 /// Runs android tasks on simulated devices.
 pub struct SimExecutor {
     datasets: Arc<std::collections::BTreeMap<String, PathBuf>>,
     latency: SimLatency,
     artifacts: PathBuf,
+    gateway: Option<Gateway>,
+    replicas: usize,
 }
 
 impl SimExecutor {
@@ -29,16 +45,116 @@ impl SimExecutor {
             datasets: Arc::new([("android-sim".to_string(), sim_dir)].into()),
             latency: SimLatency::default().scaled(latency_scale),
             artifacts,
+            gateway: None,
+            replicas: DEFAULT_PREASSESS_REPLICAS,
         }
+    }
+
+    /// The same executor with LLM agents enabled through `gateway`.
+    pub fn with_gateway(mut self, gateway: Gateway) -> SimExecutor {
+        self.gateway = Some(gateway);
+        self
+    }
+
+    /// The same executor with `k` device replicas for ltgdroid's pre-assessment (at least 1).
+    pub fn with_replicas(mut self, k: usize) -> SimExecutor {
+        self.replicas = k.max(1);
+        self
     }
 }
 
-async fn run(
+/// What the executor needs to run one task.
+#[derive(Clone)]
+struct Setup {
     datasets: Arc<std::collections::BTreeMap<String, PathBuf>>,
     latency: SimLatency,
     artifacts: PathBuf,
-    spec: AttemptSpec,
-) -> AttemptEnd {
+    gateway: Option<Gateway>,
+    replicas: usize,
+}
+
+/// What an LLM agent's run left: the run, or why it failed, and the metered usage.
+struct LlmProduct {
+    run: Result<AndroidRun, AgentError>,
+    usage: Usage,
+}
+
+/// Runs an LLM agent with a gateway key of its own; `Err` names a bad setup.
+async fn run_llm_agent(
+    setup: &Setup,
+    payload: &AndroidPayload,
+    report: &SimReport,
+    device: &SimDevice,
+    package: &str,
+    artifact_dir: &std::path::Path,
+) -> Result<LlmProduct, (FailureClass, &'static str, String)> {
+    let Some(gateway) = &setup.gateway else {
+        return Err((
+            FailureClass::Infra,
+            "no_gateway",
+            "this node runs no LLM gateway, so it cannot run LLM agents".into(),
+        ));
+    };
+    let Some(backbone) = &payload.backbone else {
+        return Err((
+            FailureClass::BadInput,
+            "bad_input:backbone",
+            format!("agent `{}` has no backbone in its task", payload.agent),
+        ));
+    };
+    let budget = payload.budget.clone().unwrap_or_default();
+    // Stable across runs, so a replay finds this cell's recordings.
+    let task = format!(
+        "{}/{}/{}/{}",
+        payload.instance_id, payload.agent, payload.variant, backbone.name
+    );
+    let key = gateway
+        .open_task(
+            &task,
+            backbone,
+            task_budget(&budget),
+            Some(artifact_dir.join("transcript.jsonl")),
+        )
+        .map_err(|e| (FailureClass::BadInput, "bad_input:backbone", e.to_string()))?;
+    let mut llm = GatewayLlm::new(&gateway.base_url(), &key);
+    let meter = Meter::new(
+        payload.max_actions as usize,
+        Duration::from_secs_f64(payload.max_minutes.max(0.0) * 60.0),
+    );
+    let android_report = report.android_report();
+    let run = match payload.agent.as_str() {
+        "ltgdroid" => match Variant::parse(&payload.variant) {
+            Some(variant) => {
+                let replicas: Vec<SimDevice> =
+                    (1..setup.replicas).map(|_| device.replica()).collect();
+                let mut devices: Vec<&dyn Device> = vec![device];
+                devices.extend(replicas.iter().map(|d| d as &dyn Device));
+                let bug_type = match report.kind {
+                    BugKind::Crash => BugType::Crash,
+                    BugKind::NonCrash => BugType::NonCrash,
+                };
+                let cfg = Config::paper(variant, bug_type);
+                ltgdroid::run(&llm, &devices, package, &android_report, cfg, &meter).await
+            }
+            None => Err(AgentError::Llm(format!(
+                "ltgdroid has no variant `{}`",
+                payload.variant
+            ))),
+        },
+        "rebl" | "rebl-visual" => {
+            let visual = payload.agent == "rebl-visual";
+            baselines::rebl(&mut llm, device, package, &android_report, visual, &meter).await
+        }
+        "adbgpt" => baselines::adbgpt(&mut llm, device, package, &android_report, &meter).await,
+        other => Err(AgentError::Llm(format!(
+            "agent `{other}` is not an android LLM agent"
+        ))),
+    };
+    let usage = gateway.close_task(&key).unwrap_or_default();
+    Ok(LlmProduct { run, usage })
+}
+
+async fn run(setup: Setup, spec: AttemptSpec) -> AttemptEnd {
     let started_at_ms = now_ms();
     let start = Instant::now();
     let payload: AndroidPayload = match serde_json::from_str(&spec.payload_json) {
@@ -53,7 +169,7 @@ async fn run(
             ));
         }
     };
-    let Some(dir) = datasets.get(&payload.dataset) else {
+    let Some(dir) = setup.datasets.get(&payload.dataset) else {
         return error(
             FailureClass::BadInput,
             "bad_input:dataset",
@@ -75,7 +191,7 @@ async fn run(
     };
     let (Some(report), Some((device, package))) = (
         ds.reports.get(&payload.instance_id),
-        ds.device_for(&payload.instance_id, latency),
+        ds.device_for(&payload.instance_id, setup.latency),
     ) else {
         return error(
             FailureClass::BadInput,
@@ -87,58 +203,117 @@ async fn run(
             ),
         );
     };
-    let device: &dyn Device = &device;
     if let Err(e) = device.clear(&package).await {
         return error(FailureClass::Infra, "device", e.to_string());
     }
+    let artifact_dir = setup
+        .artifacts
+        .join(&spec.run_id)
+        .join(&payload.instance_id)
+        .join(format!("t{}-e{}", spec.attempt.task_id, spec.attempt.epoch));
+    let _ = std::fs::create_dir_all(&artifact_dir);
     let max_actions = payload.max_actions as usize;
     let budget = Duration::from_secs_f64(payload.max_minutes.max(0.0) * 60.0);
-    let work = async {
-        match payload.agent.as_str() {
-            "gold-trace" => {
+    let dev: &dyn Device = &device;
+    let mut outcome = Outcome::default();
+    let mut details = serde_json::json!({"simulator": true, "device": "sim"});
+    let (reproduced, trace, actions) = match payload.agent.as_str() {
+        "gold-trace" | "monkey" => {
+            let work = async {
+                if payload.agent == "monkey" {
+                    return monkey(dev, &package, payload.seed, max_actions).await;
+                }
                 let trace: Vec<_> = report
                     .ground_truth
                     .iter()
                     .take(max_actions)
                     .cloned()
                     .collect();
-                replay(device, &package, &trace)
+                replay(dev, &package, &trace)
                     .await
                     .map(|(last_screen, crash)| TraceOutcome {
                         trace,
                         crash,
                         last_screen,
                     })
-            }
-            "monkey" => monkey(device, &package, payload.seed, max_actions).await,
-            other => Err(super::device::DeviceError::Rejected(format!(
-                "agent `{other}` does not run on the sim executor"
-            ))),
+            };
+            let out = match tokio::time::timeout(budget, work).await {
+                Ok(Ok(out)) => out,
+                Ok(Err(e)) => return error(FailureClass::Infra, "device", e.to_string()),
+                Err(_) => TraceOutcome::default(),
+            };
+            details["crash"] = serde_json::json!(out.crash);
+            let reproduced = report.reproduced(&out.last_screen, out.crash.as_ref());
+            let n = out.trace.len();
+            (reproduced, out.trace, n)
+        }
+        _ => {
+            // A hard stop a little after the time budget (the meter and the gateway stop at it).
+            let hard_stop = budget.mul_f64(1.1) + Duration::from_secs(30);
+            let work = run_llm_agent(&setup, &payload, report, &device, &package, &artifact_dir);
+            let product = match tokio::time::timeout(hard_stop, work).await {
+                Ok(Ok(p)) => p,
+                Ok(Err((class, what, msg))) => return error(class, what, msg),
+                Err(_) => {
+                    return error(
+                        FailureClass::Infra,
+                        "agent_timeout",
+                        format!("the agent ran past its {} min budget", payload.max_minutes),
+                    );
+                }
+            };
+            let u = &product.usage;
+            outcome.llm_calls = u.calls;
+            outcome.tokens_in = u.tokens_in;
+            outcome.tokens_out = u.tokens_out;
+            outcome.tokens_cached = u.tokens_cached;
+            outcome.cost_usd = u.cost_usd;
+            let run = match product.run {
+                Ok(run) => run,
+                Err(AgentError::Device(e)) => {
+                    return error(FailureClass::Infra, "device", e.to_string());
+                }
+                Err(AgentError::Llm(m)) => {
+                    let mut end = error(FailureClass::Infra, "llm_error", m);
+                    if let AttemptEnd::Finished(o) = &mut end {
+                        o.llm_calls = outcome.llm_calls;
+                        o.tokens_in = outcome.tokens_in;
+                        o.tokens_out = outcome.tokens_out;
+                        o.cost_usd = outcome.cost_usd;
+                    }
+                    return end;
+                }
+            };
+            let _ = std::fs::write(
+                artifact_dir.join(format!("{}.json", payload.agent)),
+                serde_json::to_vec_pretty(&run.log).unwrap_or_default(),
+            );
+            // Graded by replaying the offered trace from app start on a fresh device.
+            let reproduced = match ds.device_for(&payload.instance_id, SimLatency::ZERO) {
+                Some((fresh, _)) => match replay(&fresh, &package, &run.trace).await {
+                    Ok((screen, crash)) => {
+                        details["crash"] = serde_json::json!(crash);
+                        report.reproduced(&screen, crash.as_ref())
+                    }
+                    Err(e) => {
+                        details["replay_error"] = e.to_string().into();
+                        false
+                    }
+                },
+                None => false,
+            };
+            details["claimed"] = run.claimed.into();
+            details["exhausted"] = serde_json::json!(run.exhausted);
+            details["replay"] = setup.gateway.as_ref().is_some_and(|g| g.is_replay()).into();
+            (reproduced, run.trace, run.actions_executed)
         }
     };
-    let out = match tokio::time::timeout(budget, work).await {
-        Ok(Ok(out)) => out,
-        Ok(Err(e)) => return error(FailureClass::Infra, "device", e.to_string()),
-        Err(_) => TraceOutcome::default(),
-    };
-    let reproduced = report.reproduced(&out.last_screen, out.crash.as_ref());
-    let dir = artifacts
-        .join(&spec.run_id)
-        .join(&payload.instance_id)
-        .join(format!("t{}-e{}", spec.attempt.task_id, spec.attempt.epoch));
-    let _ = std::fs::create_dir_all(&dir);
-    let details = serde_json::json!({
-        "simulator": true,
-        "device": "sim",
-        "reproduced": reproduced,
-        "crash": out.crash,
-        "trace": out.trace,
-    });
+    details["reproduced"] = reproduced.into();
+    details["trace"] = serde_json::json!(trace);
     let _ = std::fs::write(
-        dir.join("trace.json"),
+        artifact_dir.join("trace.json"),
         serde_json::to_vec_pretty(&details).unwrap_or_default(),
     );
-    let actions = out.trace.len() as u32;
     AttemptEnd::Finished(Outcome {
         success: reproduced,
         verdict: if reproduced {
@@ -147,14 +322,14 @@ async fn run(
             "not_reproduced"
         }
         .into(),
-        actions: Some(actions),
-        trace_len: Some(actions),
+        actions: Some(actions as u32),
+        trace_len: Some(trace.len() as u32),
         wall_s: start.elapsed().as_secs_f64(),
         started_at_ms,
         finished_at_ms: now_ms(),
-        artifact_path: dir.display().to_string(),
+        artifact_path: artifact_dir.display().to_string(),
         details_json: details.to_string(),
-        ..Default::default()
+        ..outcome
     })
 }
 
@@ -164,11 +339,16 @@ impl Executor for SimExecutor {
     }
 
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
-        let (datasets, latency, artifacts) =
-            (self.datasets.clone(), self.latency, self.artifacts.clone());
+        let setup = Setup {
+            datasets: self.datasets.clone(),
+            latency: self.latency,
+            artifacts: self.artifacts.clone(),
+            gateway: self.gateway.clone(),
+            replicas: self.replicas,
+        };
         Box::pin(async move {
             tokio::select! {
-                end = run(datasets, latency, artifacts, spec) => end,
+                end = run(setup, spec) => end,
                 _ = ctx.cancel.cancelled() => AttemptEnd::Cancelled,
             }
         })

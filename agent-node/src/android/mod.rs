@@ -3,7 +3,9 @@
 
 pub mod adb;
 pub mod agent;
+pub mod baselines;
 pub mod device;
 pub mod executor;
 pub mod explore;
+pub mod ltgdroid;
 pub mod sim;

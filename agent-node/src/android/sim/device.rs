@@ -90,7 +90,8 @@ pub struct SimDevice {
     model: AppModel,
     latency: SimLatency,
     state: Mutex<SimState>,
-    snapshots: Mutex<BTreeMap<String, SimState>>,
+    /// Shared with replicas: a snapshot saved on one can be loaded on any.
+    snapshots: std::sync::Arc<Mutex<BTreeMap<String, SimState>>>,
 }
 
 /// Maps portrait model bounds onto the current orientation (landscape stretches x, squeezes y).
@@ -130,7 +131,17 @@ impl SimDevice {
             model,
             latency,
             state: Mutex::new(state),
-            snapshots: Mutex::new(BTreeMap::new()),
+            snapshots: std::sync::Arc::new(Mutex::new(BTreeMap::new())),
+        }
+    }
+
+    /// Another device running the same app, in the state just after install, that shares this
+    /// one's snapshot store (as emulators started from one AVD share its snapshots).
+    pub fn replica(&self) -> SimDevice {
+        let fresh = SimDevice::new(self.model.clone(), self.latency);
+        SimDevice {
+            snapshots: self.snapshots.clone(),
+            ..fresh
         }
     }
 

@@ -79,6 +79,18 @@ pub struct SimReport {
 }
 
 impl SimReport {
+    /// The report in LTGDroid's JSON form (what agents read; no ground truth).
+    pub fn android_report(&self) -> reprobench_proto::android::AndroidReport {
+        reprobench_proto::android::AndroidReport {
+            apk_name: self.apk_name.clone(),
+            url: self.url.clone(),
+            repo: self.repo.clone(),
+            title: self.title.clone(),
+            body: self.body.clone(),
+            comments: self.comments.clone(),
+        }
+    }
+
     /// Whether the device state shows this bug (pure).
     pub fn reproduced(&self, hierarchy: &Hierarchy, crash: Option<&Crash>) -> bool {
         match self.kind {

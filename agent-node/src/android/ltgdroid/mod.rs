@@ -1,0 +1,625 @@
+//! `ltgdroid`: LLM-guided bug reproduction by bounded breadth-first exploration with
+//! pre-assessment of UI actions (the LTGDroid paper), with its ablations.
+//!
+//! Per level: for each kept path, the Path Explorer enumerates the screen's actions, the LLM
+//! keeps the top k = 6, and each kept action is executed from the path's snapshot and rolled
+//! back, with an LLM summary of the transition from the before/after screenshots and activities.
+//! The Path Evaluator keeps the top m = 3 extended paths and may name one complete; the Bug
+//! Verifier confirms it (crash: the crash oracle; non-crash: an LLM check of the final
+//! screenshot). The run stops on a confirmed path, an exhausted budget, or no path left.
+//!
+//! Faster than the original: the candidates of every kept path at a level go into one queue
+//! served by K device replicas that restore snapshots from one shared store, so K actions (and
+//! their summaries) are pre-assessed at once. The order of results does not depend on K.
+
+pub mod bench;
+pub mod guided;
+pub mod prompts;
+
+use super::agent::{
+    AgentError, AndroidRun, Exhausted, Meter, ask, describe_action, describe_widget, report_text,
+    widget_lines,
+};
+use super::device::{
+    Action, Crash, Device, DeviceError, Direction, Hierarchy, Key, Widget, WidgetRef,
+};
+use crate::agents::{Llm, LlmError};
+use prompts::{PathStep, ScreenText};
+use reprobench_proto::android::{AndroidReport, BugType};
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Candidate actions the filter keeps per screen (LTGDroid's `llm_first_branch_limit`).
+pub const FIRST_BRANCH_LIMIT: usize = 6;
+/// Paths the evaluator keeps per level (LTGDroid's `llm_second_branch_limit`).
+pub const SECOND_BRANCH_LIMIT: usize = 3;
+/// The variants: the full system and one ablation per module.
+pub const VARIANTS: &[&str] = &["full", "no-ra", "no-ae", "no-ta", "no-bv"];
+
+/// Which modules run (the paper's ablations switch one off each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    /// Report Analyzer (`no-ra`: the raw report is the objective).
+    pub report_analyzer: bool,
+    /// UI action enumeration and pre-assessment (`no-ae`: the LLM chooses one action per step).
+    pub action_enumeration: bool,
+    /// LLM transition summaries (`no-ta`: paths carry actions only).
+    pub transition_assessment: bool,
+    /// Bug verification of a path the evaluator calls complete (`no-bv`: taken as is).
+    pub bug_verification: bool,
+}
+
+impl Variant {
+    /// The variant named `name` (one of [`VARIANTS`]).
+    pub fn parse(name: &str) -> Option<Variant> {
+        let full = Variant {
+            report_analyzer: true,
+            action_enumeration: true,
+            transition_assessment: true,
+            bug_verification: true,
+        };
+        Some(match name {
+            "full" => full,
+            "no-ra" => Variant {
+                report_analyzer: false,
+                ..full
+            },
+            "no-ae" => Variant {
+                action_enumeration: false,
+                ..full
+            },
+            "no-ta" => Variant {
+                transition_assessment: false,
+                ..full
+            },
+            "no-bv" => Variant {
+                bug_verification: false,
+                ..full
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// How a run explores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Config {
+    /// Modules switched on.
+    pub variant: Variant,
+    /// Candidates kept per screen (k).
+    pub first_branch_limit: usize,
+    /// Paths kept per level (m).
+    pub second_branch_limit: usize,
+    /// Crash or non-crash (chooses the verifier).
+    pub bug_type: BugType,
+}
+
+impl Config {
+    /// The paper's settings for `variant` and `bug_type`.
+    pub fn paper(variant: Variant, bug_type: BugType) -> Config {
+        Config {
+            variant,
+            first_branch_limit: FIRST_BRANCH_LIMIT,
+            second_branch_limit: SECOND_BRANCH_LIMIT,
+            bug_type,
+        }
+    }
+}
+
+/// Every action LTGDroid considers on a screen: per enabled widget, text input (and a click when
+/// clickable) for text fields, click and long-click as the widget allows, swipes in four
+/// directions on scrollable widgets; then the global actions (back, enter, rotate).
+pub fn candidate_actions(h: &Hierarchy) -> Vec<Action> {
+    let mut out = Vec::new();
+    for w in h.widgets() {
+        if !w.enabled {
+            continue;
+        }
+        let target = WidgetRef::of(w);
+        if w.is_text_field() {
+            out.push(Action::InputText {
+                target: target.clone(),
+                text: super::explore::DEFAULT_INPUT.into(),
+            });
+        }
+        if w.clickable || w.checkable {
+            out.push(Action::Click {
+                target: target.clone(),
+            });
+        }
+        if w.long_clickable {
+            out.push(Action::LongClick {
+                target: target.clone(),
+            });
+        }
+        if w.scrollable {
+            for direction in [
+                Direction::Up,
+                Direction::Down,
+                Direction::Left,
+                Direction::Right,
+            ] {
+                out.push(Action::Swipe {
+                    direction,
+                    target: Some(target.clone()),
+                });
+            }
+        }
+    }
+    out.push(Action::Press { key: Key::Back });
+    out.push(Action::Press { key: Key::Enter });
+    out.push(Action::Rotate);
+    out
+}
+
+/// A screen as captured after an action.
+#[derive(Debug, Clone)]
+struct Screen {
+    activity: String,
+    hierarchy: Hierarchy,
+    png: Vec<u8>,
+    crash: Option<Crash>,
+}
+
+impl Screen {
+    fn text(&self) -> ScreenText {
+        ScreenText {
+            activity: self.activity.clone(),
+            widgets: widget_lines(&self.hierarchy),
+        }
+    }
+}
+
+/// A node of the exploration: a path from app start and the state it reached.
+#[derive(Debug, Clone)]
+struct PathNode {
+    actions: Vec<Action>,
+    steps: Vec<PathStep>,
+    /// Snapshot of the reached state; `None` when it cannot be expanded (the app crashed).
+    snapshot: Option<String>,
+    screen: std::sync::Arc<Screen>,
+}
+
+/// One pre-assessment job: an action from a kept path.
+struct Job {
+    parent: usize,
+    action: Action,
+}
+
+async fn capture(dev: &dyn Device) -> Result<Screen, DeviceError> {
+    Ok(Screen {
+        activity: dev.current_activity().await?,
+        hierarchy: dev.hierarchy().await?,
+        png: dev.screenshot().await?,
+        crash: dev.crash().await?,
+    })
+}
+
+/// What stops a stage: a budget (ends the run with what it has) or an error.
+enum Stop {
+    Budget(Exhausted),
+    Error(AgentError),
+}
+
+impl From<DeviceError> for Stop {
+    fn from(e: DeviceError) -> Stop {
+        Stop::Error(AgentError::Device(e))
+    }
+}
+
+impl From<LlmError> for Stop {
+    fn from(e: LlmError) -> Stop {
+        match e {
+            LlmError::Budget(_) => Stop::Budget(Exhausted::Llm),
+            LlmError::Failed(m) => Stop::Error(AgentError::Llm(m)),
+        }
+    }
+}
+
+/// The shared state of one run.
+struct Explorer<'a, L> {
+    llm: &'a L,
+    devices: &'a [&'a dyn Device],
+    cfg: Config,
+    meter: &'a Meter,
+    objective: String,
+    snapshots: AtomicUsize,
+    log: Mutex<Vec<Value>>,
+}
+
+impl<L: Llm + Clone + Sync> Explorer<'_, L> {
+    fn note(&self, v: Value) {
+        self.log.lock().unwrap_or_else(|e| e.into_inner()).push(v);
+    }
+
+    fn next_snapshot(&self) -> String {
+        format!("ltg-{}", self.snapshots.fetch_add(1, Ordering::SeqCst))
+    }
+
+    /// Candidates of one path: enumerated and filtered to k, with text for inputs.
+    async fn explore_candidates(&self, node: &PathNode) -> Result<Vec<Action>, Stop> {
+        let mut llm = self.llm.clone();
+        let all = candidate_actions(&node.screen.hierarchy);
+        let words: Vec<String> = all.iter().map(describe_action).collect();
+        let k = self.cfg.first_branch_limit;
+        let (sys, user) =
+            prompts::filter(&self.objective, &node.steps, &node.screen.text(), &words, k);
+        let answer = ask(&mut llm, &sys, &user, &[&node.screen.png]).await?;
+        let mut kept = prompts::kept_indices(&answer, all.len(), k, "keep");
+        let readable = !kept.is_empty();
+        if kept.is_empty() {
+            // An unreadable or empty answer keeps the first k, so the path is not lost.
+            kept = (0..all.len().min(k)).collect();
+        }
+        self.note(json!({"stage": "filter", "path_len": node.actions.len(),
+            "candidates": all.len(), "kept": kept, "readable": readable}));
+        let mut out = Vec::with_capacity(kept.len());
+        for i in kept {
+            let mut action = all[i].clone();
+            if let Action::InputText { target, text } = &mut action {
+                let (sys, user) =
+                    prompts::input(&self.objective, &node.steps, &describe_widget(target));
+                let answer = ask(&mut llm, &sys, &user, &[]).await?;
+                if let Some(t) = prompts::input_text_of(&answer) {
+                    *text = t;
+                }
+            }
+            out.push(action);
+        }
+        Ok(out)
+    }
+
+    /// `no-ae`: the one action the LLM chooses from the widget list, if it names a valid one.
+    async fn choose_action(&self, node: &PathNode) -> Result<Option<Action>, Stop> {
+        let mut llm = self.llm.clone();
+        let listed: Vec<&Widget> = node
+            .screen
+            .hierarchy
+            .widgets()
+            .into_iter()
+            .filter(|w| w.enabled)
+            .collect();
+        let screen = ScreenText {
+            activity: node.screen.activity.clone(),
+            widgets: listed
+                .iter()
+                .map(|w| describe_widget(&WidgetRef::of(w)))
+                .collect(),
+        };
+        let (sys, user) = prompts::choose(&self.objective, &node.steps, &screen);
+        let answer = ask(&mut llm, &sys, &user, &[&node.screen.png]).await?;
+        let choice = prompts::choice_of(&answer);
+        let target = |c: &prompts::Choice| {
+            c.widget
+                .and_then(|i| listed.get(i))
+                .map(|w| WidgetRef::of(w))
+        };
+        let action = choice.as_ref().and_then(|c| {
+            let swipe = |direction| Action::Swipe {
+                direction,
+                target: target(c),
+            };
+            Some(match c.action.as_str() {
+                "click" => Action::Click { target: target(c)? },
+                "long_click" | "long-click" => Action::LongClick { target: target(c)? },
+                "input" | "input_text" => Action::InputText {
+                    target: target(c)?,
+                    text: c.text.clone().unwrap_or_default(),
+                },
+                "swipe_up" => swipe(Direction::Up),
+                "swipe_down" => swipe(Direction::Down),
+                "swipe_left" => swipe(Direction::Left),
+                "swipe_right" => swipe(Direction::Right),
+                "back" => Action::Press { key: Key::Back },
+                "enter" => Action::Press { key: Key::Enter },
+                "delete" => Action::Press { key: Key::Delete },
+                "home" => Action::Press { key: Key::Home },
+                "rotate" => Action::Rotate,
+                _ => return None,
+            })
+        });
+        self.note(json!({"stage": "choose", "path_len": node.actions.len(),
+            "action": action.as_ref().map(describe_action)}));
+        Ok(action)
+    }
+
+    /// Executes each job from its parent's snapshot on the first free replica; results come
+    /// back in job order whatever the number of replicas.
+    async fn preassess(
+        &self,
+        nodes: &[PathNode],
+        jobs: Vec<Job>,
+    ) -> (Vec<Option<PathNode>>, Option<Stop>) {
+        let n = jobs.len();
+        let queue = Mutex::new(jobs.into_iter().enumerate().collect::<VecDeque<_>>());
+        let results: Mutex<Vec<Option<PathNode>>> = Mutex::new(vec![None; n]);
+        let stop: Mutex<Option<Stop>> = Mutex::new(None);
+        let workers = self.devices.iter().map(|dev| {
+            let (queue, results, stop) = (&queue, &results, &stop);
+            async move {
+                let mut llm = self.llm.clone();
+                loop {
+                    if stop.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
+                        return;
+                    }
+                    let Some((i, job)) =
+                        queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+                    else {
+                        return;
+                    };
+                    match self
+                        .assess_one(*dev, &mut llm, &nodes[job.parent], job.action)
+                        .await
+                    {
+                        Ok(child) => results.lock().unwrap_or_else(|e| e.into_inner())[i] = child,
+                        Err(s) => {
+                            stop.lock()
+                                .unwrap_or_else(|e| e.into_inner())
+                                .get_or_insert(s);
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        futures_util::future::join_all(workers).await;
+        (
+            results.into_inner().unwrap_or_else(|e| e.into_inner()),
+            stop.into_inner().unwrap_or_else(|e| e.into_inner()),
+        )
+    }
+
+    /// Restores `parent`'s state on `dev`, performs `action`, captures the result, saves it as a
+    /// snapshot (unless the app crashed) and assesses the transition.
+    async fn assess_one(
+        &self,
+        dev: &dyn Device,
+        llm: &mut L,
+        parent: &PathNode,
+        action: Action,
+    ) -> Result<Option<PathNode>, Stop> {
+        let Some(snapshot) = &parent.snapshot else {
+            return Ok(None);
+        };
+        self.meter.check_time().map_err(Stop::Budget)?;
+        dev.load_snapshot(snapshot).await?;
+        self.meter.take_action().map_err(Stop::Budget)?;
+        let words = describe_action(&action);
+        match dev.act(&action).await {
+            Ok(()) => {}
+            Err(DeviceError::Rejected(why)) => {
+                self.note(json!({"stage": "execute", "action": words, "rejected": why}));
+                return Ok(None);
+            }
+            Err(e) => return Err(e.into()),
+        }
+        let after = capture(dev).await?;
+        let snapshot = match after.crash {
+            None => {
+                let name = self.next_snapshot();
+                dev.save_snapshot(&name).await?;
+                Some(name)
+            }
+            Some(_) => None,
+        };
+        let crash_note = after.crash.as_ref().map(|c| {
+            format!(
+                "the app has stopped ({}: {})",
+                c.exception,
+                c.message.lines().next().unwrap_or_default()
+            )
+        });
+        let effect = if self.cfg.variant.transition_assessment {
+            let (sys, user) = prompts::summarize(
+                &words,
+                &parent.screen.activity,
+                &after.activity,
+                crash_note.as_deref(),
+            );
+            let answer = ask(llm, &sys, &user, &[&parent.screen.png, &after.png]).await?;
+            Some(prompts::summary_of(&answer))
+        } else {
+            // Without transition assessment only the crash oracle's finding is recorded.
+            crash_note.map(|c| format!("[{c}]"))
+        };
+        let mut child = parent.clone();
+        child.actions.push(action);
+        child.steps.push(PathStep {
+            action: words,
+            effect,
+        });
+        child.snapshot = snapshot;
+        child.screen = std::sync::Arc::new(after);
+        Ok(Some(child))
+    }
+
+    /// The Bug Verifier on a path the evaluator called complete.
+    async fn verify(&self, node: &PathNode) -> Result<bool, Stop> {
+        if !self.cfg.variant.bug_verification {
+            return Ok(true);
+        }
+        let ok = match self.cfg.bug_type {
+            BugType::Crash => node.screen.crash.is_some(),
+            BugType::NonCrash => {
+                let mut llm = self.llm.clone();
+                let (sys, user) =
+                    prompts::verify(&self.objective, &node.steps, &node.screen.activity);
+                let answer = ask(&mut llm, &sys, &user, &[&node.screen.png]).await?;
+                prompts::verdict_of(&answer).unwrap_or(false)
+            }
+        };
+        self.note(json!({"stage": "verify", "path_len": node.actions.len(), "confirmed": ok}));
+        Ok(ok)
+    }
+
+    /// Runs levels until a verified path, a budget, or no path is left; returns the run.
+    async fn search(&self, root: PathNode) -> Result<AndroidRun, AgentError> {
+        let mut run = AndroidRun::default();
+        let mut frontier = vec![root];
+        let mut level = 0usize;
+        let stop = loop {
+            level += 1;
+            if let Err(e) = self.meter.check_time() {
+                break Some(Stop::Budget(e));
+            }
+            // Path Explorer: candidates of every kept path (filter calls run at once).
+            let per_path = futures_util::future::join_all(frontier.iter().map(|node| async {
+                if self.cfg.variant.action_enumeration {
+                    self.explore_candidates(node).await
+                } else {
+                    Ok(self.choose_action(node).await?.into_iter().collect())
+                }
+            }))
+            .await;
+            let mut jobs = Vec::new();
+            let mut failed = None;
+            for (parent, r) in per_path.into_iter().enumerate() {
+                match r {
+                    Ok(actions) => {
+                        jobs.extend(actions.into_iter().map(|action| Job { parent, action }))
+                    }
+                    Err(s) => {
+                        failed.get_or_insert(s);
+                    }
+                }
+            }
+            if let Some(s) = failed {
+                break Some(s);
+            }
+            let (children, stopped) = self.preassess(&frontier, jobs).await;
+            let children: Vec<PathNode> = children.into_iter().flatten().collect();
+            self.note(
+                json!({"stage": "level", "level": level, "paths": frontier.len(),
+                "children": children.len(), "actions_used": self.meter.used()}),
+            );
+            if children.is_empty() {
+                break stopped;
+            }
+            // Path Evaluator.
+            let m = self.cfg.second_branch_limit;
+            let paths: Vec<Vec<PathStep>> = children.iter().map(|c| c.steps.clone()).collect();
+            let (sys, user) = prompts::evaluate(&self.objective, &paths, m);
+            let mut llm = self.llm.clone();
+            let answer = match ask(&mut llm, &sys, &user, &[]).await {
+                Ok(a) => a,
+                Err(e) => break Some(e.into()),
+            };
+            let eval = prompts::evaluation_of(&answer, children.len(), m);
+            self.note(
+                json!({"stage": "evaluate", "level": level, "complete": eval.complete,
+                "keep": eval.keep}),
+            );
+            if let Some(c) = eval.complete {
+                match self.verify(&children[c]).await {
+                    Ok(true) => {
+                        run.claimed = true;
+                        run.trace = children[c].actions.clone();
+                        run.crash = children[c].screen.crash.clone();
+                        break None;
+                    }
+                    Ok(false) => {}
+                    Err(s) => break Some(s),
+                }
+            }
+            let keep = if eval.keep.is_empty() {
+                (0..children.len().min(m)).collect()
+            } else {
+                eval.keep
+            };
+            let next: Vec<PathNode> = keep
+                .into_iter()
+                .map(|i| children[i].clone())
+                .filter(|c| c.snapshot.is_some())
+                .collect();
+            // The best path so far is what a run that stops now offers.
+            run.trace = children[0].actions.clone();
+            if let Some(best) = next.first() {
+                run.trace = best.actions.clone();
+            }
+            if stopped.is_some() || next.is_empty() {
+                break stopped;
+            }
+            frontier = next;
+        };
+        match stop {
+            Some(Stop::Error(e)) => return Err(e),
+            Some(Stop::Budget(b)) => run.exhausted = Some(b),
+            None => {}
+        }
+        Ok(run)
+    }
+}
+
+/// Runs LTGDroid for `report` on `devices` (the first launches the app; all of them restore
+/// snapshots from one store, so they must be replicas of one device) within `meter`'s budget.
+pub async fn run<L: Llm + Clone + Sync>(
+    llm: &L,
+    devices: &[&dyn Device],
+    package: &str,
+    report: &AndroidReport,
+    cfg: Config,
+    meter: &Meter,
+) -> Result<AndroidRun, AgentError> {
+    let Some(primary) = devices.first() else {
+        return Err(AgentError::Device(DeviceError::Rejected(
+            "ltgdroid needs at least one device".into(),
+        )));
+    };
+    let report = report_text(report);
+    let explorer_log = Mutex::new(Vec::new());
+    let mut analyzer = llm.clone();
+    let objective = if cfg.variant.report_analyzer {
+        let (sys, user) = prompts::analyze(&report);
+        match ask(&mut analyzer, &sys, &user, &[]).await {
+            Ok(answer) => {
+                let spec = prompts::specification_of(&answer);
+                explorer_log
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(json!({"stage": "analyze", "readable": spec.is_some()}));
+                spec.unwrap_or_else(|| prompts::raw_objective(&report))
+            }
+            Err(LlmError::Budget(_)) => {
+                return Ok(AndroidRun {
+                    exhausted: Some(Exhausted::Llm),
+                    ..AndroidRun::default()
+                });
+            }
+            Err(LlmError::Failed(m)) => return Err(AgentError::Llm(m)),
+        }
+    } else {
+        prompts::raw_objective(&report)
+    };
+    primary.launch(package).await?;
+    let screen = capture(*primary).await?;
+    let explorer = Explorer {
+        llm,
+        devices,
+        cfg,
+        meter,
+        objective,
+        snapshots: AtomicUsize::new(0),
+        log: explorer_log,
+    };
+    let root_snapshot = explorer.next_snapshot();
+    primary.save_snapshot(&root_snapshot).await?;
+    let root = PathNode {
+        actions: Vec::new(),
+        steps: Vec::new(),
+        snapshot: Some(root_snapshot),
+        screen: std::sync::Arc::new(screen),
+    };
+    let mut run = explorer.search(root).await?;
+    run.actions_executed = meter.used();
+    run.log = explorer.log.into_inner().unwrap_or_else(|e| e.into_inner());
+    run.log.insert(
+        0,
+        json!({"stage": "objective", "text": explorer.objective, "replicas": devices.len()}),
+    );
+    Ok(run)
+}
+
+#[cfg(test)]
+mod tests;
