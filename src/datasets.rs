@@ -348,9 +348,11 @@ pub fn ensure_mirrors(ds: &LoadedDataset, repos: &Path) -> Result<()> {
 /// The fetch helper, run with the host's python3.
 const FETCH_SCRIPT: &str = include_str!("scripts/fetch_swt.py");
 
-/// `datasets fetch`: rows from the Hugging Face datasets API, environment specs exported from
-/// the `swebench` package, repositories mirrored with git. Offline, it stops at once and says so.
-pub fn fetch(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> {
+/// `datasets fetch`: for SWT datasets, rows from the Hugging Face datasets API, environment specs
+/// exported from the `swebench` package, repositories mirrored with git; for android datasets
+/// whose reports come from GitHub issues, one `REPORT_ID.json` per row. Offline, it stops at
+/// once and says so.
+pub async fn fetch(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> {
     let dir = datasets_dir.join(name);
     let manifest_path = dir.join("manifest.json");
     let text = std::fs::read_to_string(&manifest_path).with_context(|| {
@@ -359,6 +361,9 @@ pub fn fetch(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> {
             manifest_path.display()
         )
     })?;
+    if serde_json::from_str::<serde_json::Value>(&text).is_ok_and(|v| v["track"] == "android") {
+        return fetch_android_reports(name, datasets_dir).await;
+    }
     let manifest: swt::Manifest =
         serde_json::from_str(&text).with_context(|| format!("{}", manifest_path.display()))?;
     let Some(source) = &manifest.source else {
@@ -394,4 +399,268 @@ pub fn fetch(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> {
         bail!("fetching `{name}` failed ({status}); see the messages above");
     }
     Ok(())
+}
+
+/// Environment variable that overrides the GitHub API base (a mirror, or a test's server).
+pub const GITHUB_API_ENV: &str = "REPROBENCH_GITHUB_API";
+
+/// The GitHub REST API base used when `REPROBENCH_GITHUB_API` is not set.
+pub const GITHUB_API_DEFAULT: &str = "https://api.github.com";
+
+/// One report to fetch: a row's issue and comments addresses and the file to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ReportJob {
+    instance_id: String,
+    issue_api: String,
+    comments_api: String,
+    apk: String,
+    file: PathBuf,
+}
+
+/// Which rows need fetching, which are there already, and which cannot be fetched.
+#[derive(Debug, Default)]
+struct ReportPlan {
+    jobs: Vec<ReportJob>,
+    present: usize,
+    failed: Vec<(String, String)>,
+}
+
+/// An address made for `api.github.com`, under another API base.
+fn at_api_base(api_url: &str, base: &str) -> String {
+    match api_url.strip_prefix(GITHUB_API_DEFAULT) {
+        Some(rest) => format!("{}{rest}", base.trim_end_matches('/')),
+        None => api_url.to_string(),
+    }
+}
+
+/// Plans a report fetch (pure apart from `exists`): rows whose file exists are skipped (so a
+/// fetch resumes), rows without a GitHub issue address fail with the reason.
+fn plan_reports(
+    instances: &[reprobench_proto::android::AndroidInstance],
+    reports_dir: &Path,
+    base: &str,
+    exists: impl Fn(&Path) -> bool,
+) -> ReportPlan {
+    use reprobench_proto::android::{github_api_url, github_comments_api_url, report_file_name};
+    let mut plan = ReportPlan::default();
+    for inst in instances {
+        let file = reports_dir.join(report_file_name(&inst.report_id));
+        if exists(&file) {
+            plan.present += 1;
+            continue;
+        }
+        let url = inst.issue_url.as_deref().unwrap_or_default();
+        match (github_api_url(url), github_comments_api_url(url)) {
+            (Some(issue), Some(comments)) => plan.jobs.push(ReportJob {
+                instance_id: inst.instance_id.clone(),
+                issue_api: at_api_base(&issue, base),
+                comments_api: at_api_base(&comments, base),
+                apk: inst.apk.clone().unwrap_or_default(),
+                file,
+            }),
+            _ => plan.failed.push((
+                inst.instance_id.clone(),
+                format!("issue_url `{url}` is not a GitHub issue address; fix the row"),
+            )),
+        }
+    }
+    plan
+}
+
+/// Stops with a clear message when the API base cannot be reached (offline machine).
+fn check_github_reachable(base: &str, reports_dir: &Path) -> Result<()> {
+    let url = reqwest::Url::parse(base)
+        .with_context(|| format!("{GITHUB_API_ENV}=`{base}` is not a URL"))?;
+    let host = url.host_str().unwrap_or_default().to_string();
+    let port = url.port_or_known_default().unwrap_or(443);
+    let reachable = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
+        .map_err(|e| e.to_string())
+        .and_then(|mut addrs| addrs.next().ok_or_else(|| "no address".to_string()))
+        .and_then(|addr| {
+            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
+                .map_err(|e| e.to_string())
+        });
+    if let Err(e) = reachable {
+        bail!(
+            "cannot reach {host}:{port} ({e}): this machine looks offline for the GitHub API ({base}), so the bug reports cannot be fetched here. \
+             Fetch them on a connected machine (`reprobench datasets fetch` there) and copy the REPORT_ID.json files into {}, \
+             or copy the reports of the LTGDroid replication package there: its 75 reports are in this JSON form already",
+            reports_dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// GETs a GitHub API address; the JSON body even on an error status (GitHub explains itself).
+async fn github_get(client: &reqwest::Client, url: &str) -> Result<serde_json::Value, String> {
+    let mut req = client
+        .get(url)
+        .header(reqwest::header::ACCEPT, "application/vnd.github+json");
+    if let Ok(token) = std::env::var("GITHUB_TOKEN")
+        && !token.trim().is_empty()
+    {
+        req = req.bearer_auth(token.trim());
+    }
+    let failed = |e: reqwest::Error| {
+        let mut msg = format!("GET {url}: {e}");
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            msg.push_str(&format!(": {s}"));
+            source = s.source();
+        }
+        msg
+    };
+    let resp = req.send().await.map_err(failed)?;
+    let status = resp.status();
+    let body = resp.bytes().await.map_err(failed)?;
+    match serde_json::from_slice::<serde_json::Value>(&body) {
+        Ok(v) => Ok(v),
+        Err(_) => Err(format!("GET {url}: HTTP {status}, not a JSON answer")),
+    }
+}
+
+/// Fetches one row's issue and comments and writes its report file.
+async fn fetch_report(client: &reqwest::Client, job: &ReportJob) -> Result<(), String> {
+    let issue = github_get(client, &job.issue_api).await?;
+    // An error answer for the issue makes the comments pointless; say what GitHub said.
+    let comments = if issue.get("title").is_some() {
+        github_get(client, &job.comments_api).await?
+    } else {
+        serde_json::Value::Array(vec![])
+    };
+    let report = reprobench_proto::android::report_from_github_issue(&issue, &comments, &job.apk)?;
+    let text = serde_json::to_string_pretty(&report).expect("a report serializes");
+    // Write beside and rename, so an interrupted fetch never leaves half a file behind.
+    let tmp = job.file.with_extension("json.part");
+    std::fs::write(&tmp, text + "\n")
+        .and_then(|()| std::fs::rename(&tmp, &job.file))
+        .map_err(|e| format!("cannot write {}: {e}", job.file.display()))
+}
+
+/// `datasets fetch` for an android dataset: each row's GitHub issue and comments become
+/// `REPORT_ID.json` in LTGDroid's form. Existing files are kept (resumable); a failed row is
+/// reported and the others go on; the command fails at the end naming the failed rows.
+async fn fetch_android_reports(name: &str, datasets_dir: &Path) -> Result<()> {
+    use reprobench_proto::android::{ReportSource, load_android_dataset};
+    let ds = load_android_dataset(name, datasets_dir, None).map_err(anyhow::Error::msg)?;
+    let manifest = ds.manifest.as_ref().expect("loaded from a manifest");
+    match manifest.source.as_ref().map(|s| s.reports) {
+        Some(ReportSource::GithubIssues) => {}
+        None => bail!("dataset `{name}` has no remote source; it ships its reports"),
+    }
+    let dir = ds.dir.clone().expect("loaded from a directory");
+    let reports_dir = dir.join(manifest.reports.as_deref().unwrap_or("reports"));
+    std::fs::create_dir_all(&reports_dir)
+        .with_context(|| format!("cannot create {}", reports_dir.display()))?;
+    let base = std::env::var(GITHUB_API_ENV)
+        .ok()
+        .filter(|b| !b.trim().is_empty())
+        .unwrap_or_else(|| GITHUB_API_DEFAULT.to_string());
+    let mut plan = plan_reports(&ds.instances, &reports_dir, &base, Path::exists);
+    for e in ds.errors.iter() {
+        plan.failed.push((
+            e.instance_id.clone().unwrap_or_else(|| e.location.clone()),
+            e.message.clone(),
+        ));
+    }
+    let mut fetched = 0usize;
+    if !plan.jobs.is_empty() {
+        check_github_reachable(&base, &reports_dir)?;
+        let client = reqwest::Client::builder()
+            .user_agent(concat!("reprobench/", env!("CARGO_PKG_VERSION")))
+            .timeout(std::time::Duration::from_secs(60))
+            .build()
+            .context("building the HTTP client")?;
+        let bar = indicatif::ProgressBar::new(plan.jobs.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{prefix:>8} [{bar:32}] {pos}/{len} {msg}")
+                .expect("static template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix("reports");
+        for job in &plan.jobs {
+            bar.set_message(job.instance_id.clone());
+            match fetch_report(&client, job).await {
+                Ok(()) => fetched += 1,
+                Err(e) => {
+                    bar.suspend(|| eprintln!("failed {}: {e}", job.instance_id));
+                    plan.failed.push((job.instance_id.clone(), e));
+                }
+            }
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+    }
+    eprintln!(
+        "{name}: {fetched} reports fetched, {} already in {}, {} failed",
+        plan.present,
+        reports_dir.display(),
+        plan.failed.len()
+    );
+    if !plan.failed.is_empty() {
+        let list: Vec<String> = plan
+            .failed
+            .iter()
+            .map(|(id, why)| format!("  {id}: {why}"))
+            .collect();
+        bail!(
+            "{} rows of `{name}` have no report (run the same command again to retry them):\n{}",
+            plan.failed.len(),
+            list.join("\n")
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod fetch_tests {
+    use super::*;
+    use reprobench_proto::android::{AndroidInstance, BugType};
+
+    fn row(id: &str, url: &str) -> AndroidInstance {
+        AndroidInstance {
+            instance_id: id.into(),
+            paper_id: None,
+            report_id: id.replace('-', "#"),
+            app: "App".into(),
+            bug_type: BugType::Crash,
+            ground_truth_actions: None,
+            issue_url: Some(url.into()),
+            apk: Some("App.apk".into()),
+            report: None,
+        }
+    }
+
+    #[test]
+    fn plan_skips_present_files_and_reports_bad_rows() {
+        let rows = [
+            row("App-1", "https://github.com/o/App/issues/1"),
+            row("App-2", "https://github.com/o/App/issues/2"),
+            row("App-3", "https://example.com/o/App/issues/3"),
+        ];
+        let dir = Path::new("/r");
+        let plan = plan_reports(&rows, dir, "http://127.0.0.1:9/", |p| {
+            p.ends_with("App#1.json")
+        });
+        assert_eq!(plan.present, 1);
+        assert_eq!(plan.jobs.len(), 1);
+        assert_eq!(
+            plan.jobs[0].issue_api,
+            "http://127.0.0.1:9/repos/o/App/issues/2"
+        );
+        assert_eq!(
+            plan.jobs[0].comments_api,
+            "http://127.0.0.1:9/repos/o/App/issues/2/comments?per_page=100"
+        );
+        assert_eq!(plan.jobs[0].file, Path::new("/r/App#2.json"));
+        assert_eq!(plan.failed.len(), 1);
+        assert_eq!(plan.failed[0].0, "App-3");
+        assert_eq!(
+            at_api_base(
+                "https://api.github.com/repos/a/b/issues/1",
+                GITHUB_API_DEFAULT
+            ),
+            "https://api.github.com/repos/a/b/issues/1"
+        );
+    }
 }

@@ -7,6 +7,7 @@ mod datasets;
 mod eval;
 mod gateway_cmd;
 mod local;
+mod review;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -65,6 +66,9 @@ enum Command {
     Report(ReportArgs),
     /// Convert published per-instance results into the results schema.
     Import(ImportArgs),
+    /// Human verdicts for non-crash Android results: two reviewers, a third breaks ties (LTGDroid's protocol).
+    #[command(long_about = review::PROTOCOL)]
+    Review(review::ReviewArgs),
     /// The metering LLM gateway on its own: an OpenAI-compatible proxy to one backbone.
     Gateway(gateway_cmd::GatewayArgs),
     /// Benchmarks (figures, not pass/fail).
@@ -309,9 +313,11 @@ enum DatasetsCommand {
         #[arg(long, value_name = "DIR")]
         repos: Option<PathBuf>,
     },
-    /// Download a dataset's rows and environment specs, and mirror its repositories.
+    /// Download a dataset's rows and environment specs and mirror its repositories (SWT), or
+    /// its bug reports from the GitHub issues API (android-ltg75; GITHUB_TOKEN is used when set,
+    /// REPROBENCH_GITHUB_API overrides the API base; files already there are kept).
     Fetch {
-        /// Dataset name (swt-lite, swt-verified).
+        /// Dataset name (swt-lite, swt-verified, android-ltg75).
         name: String,
         /// Mirror directory [default: DATASETS/repos].
         #[arg(long, value_name = "DIR")]
@@ -564,6 +570,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
         Command::Compare(a) => return compare_command(a),
         Command::Report(a) => report_command(a)?,
         Command::Import(a) => import_command(a)?,
+        Command::Review(a) => review::review(a)?,
         Command::Bench(a) => match a.which {
             BenchWhich::Scheduler(b) => bench::scheduler(b).await?,
             BenchWhich::Eval(b) => bench::eval(b).await?,
@@ -643,7 +650,9 @@ async fn datasets_command(a: DatasetsArgs) -> Result<std::process::ExitCode> {
             }
         }
         DatasetsCommand::Prepare { name, repos: r } => datasets::prepare(&name, &dir, &repos(r))?,
-        DatasetsCommand::Fetch { name, repos: r } => datasets::fetch(&name, &dir, &repos(r))?,
+        DatasetsCommand::Fetch { name, repos: r } => {
+            datasets::fetch(&name, &dir, &repos(r)).await?
+        }
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -3,6 +3,7 @@
 //! meet only through `reprobench-proto`.
 
 pub mod core;
+pub mod review;
 pub mod scheduler;
 pub mod server;
 pub mod sim;

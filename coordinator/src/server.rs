@@ -195,7 +195,9 @@ pub fn served_url(data_dir: &Path) -> Option<String> {
     v.get("url")?.as_str().map(str::to_string)
 }
 
-fn lock_data_dir(dir: &Path) -> Result<std::fs::File, ServeError> {
+/// Takes the data directory's coordinator lock (held by a serving coordinator or a local cluster);
+/// whoever holds it is the store's only writer.
+pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, ServeError> {
     use std::os::fd::AsRawFd;
     let path = dir.join(LOCK_FILE);
     let file = std::fs::OpenOptions::new()

@@ -4,6 +4,7 @@
 //! before any reply or grant of that batch leaves the process. Readers (`status`, `results`
 //! with `--data`) open it read-only; WAL lets them read while the coordinator writes.
 
+use crate::review::{self, HumanVerdict, Refusal, Review, ReviewState};
 use reprobench_proto::time::rfc3339_ms;
 use reprobench_proto::v1::{ResultRow, RunSummary};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
@@ -108,6 +109,15 @@ CREATE TABLE IF NOT EXISTS results(
   details TEXT
 );
 CREATE INDEX IF NOT EXISTS results_by_run ON results(run_id);
+CREATE TABLE IF NOT EXISTS reviews(
+  review_id INTEGER PRIMARY KEY,
+  task_id INTEGER NOT NULL,
+  reviewer TEXT NOT NULL,
+  verdict TEXT NOT NULL,
+  note TEXT,
+  created_at_ms INTEGER NOT NULL,
+  UNIQUE(task_id, reviewer)
+);
 "#;
 
 /// Task states as stored.
@@ -274,6 +284,47 @@ pub struct AttemptRow {
     pub late_result_rejected_at_ms: Option<i64>,
 }
 
+/// A result in a run's review queue: android, non-crash, finished without an error.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReviewItem {
+    /// Task (and result row) id.
+    pub task_id: u64,
+    /// Instance.
+    pub instance_id: String,
+    /// Agent.
+    pub agent: String,
+    /// Variant.
+    pub variant: String,
+    /// Backbone.
+    pub backbone: String,
+    /// Repeat index.
+    pub repeat: u32,
+    /// The automatic success, before any review.
+    pub auto_success: bool,
+    /// The automatic verdict, before any review.
+    pub auto_verdict: String,
+    /// Success as the results show it now.
+    pub success: bool,
+    /// Verdict as the results show it now.
+    pub verdict: String,
+    /// Where the trace and screenshots are.
+    pub artifact_path: String,
+    /// Where the item is in the protocol.
+    pub state: ReviewState,
+    /// The final human verdict, once agreed or decided.
+    pub final_verdict: Option<HumanVerdict>,
+    /// Reviews in the order they were given.
+    pub reviews: Vec<Review>,
+}
+
+impl ReviewItem {
+    /// Whether the final human verdict differs from the automatic one.
+    pub fn changed(&self) -> bool {
+        self.final_verdict
+            .is_some_and(|v| v.success() != self.auto_success)
+    }
+}
+
 /// The SQLite store.
 pub struct Store {
     conn: Connection,
@@ -305,6 +356,9 @@ impl Store {
         for (table, column, decl) in [
             ("runs", "attachments", "TEXT NOT NULL DEFAULT '{}'"),
             ("results", "details", "TEXT"),
+            // Set when human review first settles a result: the automatic verdict, kept beside the final one.
+            ("results", "auto_success", "INTEGER"),
+            ("results", "auto_verdict", "TEXT"),
         ] {
             let mut stmt = self
                 .conn
@@ -761,9 +815,242 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// The review queue of a run (or the one item of `task_id`), in task order.
+    pub fn review_queue(
+        &self,
+        run_id: &str,
+        task_id: Option<u64>,
+    ) -> Result<Vec<ReviewItem>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT r.task_id, t.instance_id, t.agent, t.variant, t.backbone, t.repeat,
+                        COALESCE(r.auto_success, r.success), COALESCE(r.auto_verdict, r.verdict), r.success, r.verdict, r.artifact_path
+                 FROM results r JOIN tasks t ON t.task_id = r.task_id
+                 WHERE r.run_id = ?1 AND (?2 IS NULL OR r.task_id = ?2)
+                   AND t.track = 'android' AND t.bug_type = 'non-crash' AND r.error_class IS NULL
+                 ORDER BY r.task_id",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut items: Vec<ReviewItem> = stmt
+            .query_map(params![run_id, task_id.map(|t| t as i64)], |r| {
+                Ok(ReviewItem {
+                    task_id: r.get::<_, i64>(0)? as u64,
+                    instance_id: r.get(1)?,
+                    agent: r.get(2)?,
+                    variant: r.get(3)?,
+                    backbone: r.get(4)?,
+                    repeat: r.get(5)?,
+                    auto_success: r.get(6)?,
+                    auto_verdict: r.get(7)?,
+                    success: r.get(8)?,
+                    verdict: r.get(9)?,
+                    artifact_path: r.get(10)?,
+                    state: ReviewState::Pending,
+                    final_verdict: None,
+                    reviews: Vec::new(),
+                })
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT v.task_id, v.reviewer, v.verdict, v.note FROM reviews v JOIN results r ON r.task_id = v.task_id
+                 WHERE r.run_id = ?1 AND (?2 IS NULL OR v.task_id = ?2) ORDER BY v.task_id, v.review_id",
+            )
+            .map_err(|e| self.err(e))?;
+        let reviews: Vec<(u64, String, String, Option<String>)> = stmt
+            .query_map(params![run_id, task_id.map(|t| t as i64)], |r| {
+                Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .map_err(|e| self.err(e))?
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.err(e))?;
+        for (task, reviewer, verdict, note) in reviews {
+            if let (Some(item), Some(verdict)) = (
+                items.iter_mut().find(|i| i.task_id == task),
+                HumanVerdict::parse(&verdict),
+            ) {
+                item.reviews.push(Review {
+                    reviewer,
+                    verdict,
+                    note,
+                });
+            }
+        }
+        for item in &mut items {
+            let verdicts: Vec<HumanVerdict> = item.reviews.iter().map(|r| r.verdict).collect();
+            item.state = review::review_state(&verdicts);
+            item.final_verdict = review::final_verdict(&verdicts);
+        }
+        Ok(items)
+    }
+
+    /// Records a review of one queue item in one transaction; when it settles the item, the
+    /// result row takes the final verdict (the automatic one is kept in `auto_success` and
+    /// `auto_verdict`). Returns the item as it now stands, or why the review is refused
+    /// (nothing is written then).
+    pub fn submit_review(
+        &self,
+        run_id: &str,
+        task_id: u64,
+        reviewer: &str,
+        verdict: HumanVerdict,
+        note: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Result<ReviewItem, Refusal>, StoreError> {
+        self.begin()?;
+        let outcome = self.submit_review_in_tx(run_id, task_id, reviewer, verdict, note, now_ms);
+        let end = match &outcome {
+            Ok(Ok(_)) => "COMMIT",
+            _ => "ROLLBACK",
+        };
+        self.conn.execute_batch(end).map_err(|e| self.err(e))?;
+        outcome
+    }
+
+    fn submit_review_in_tx(
+        &self,
+        run_id: &str,
+        task_id: u64,
+        reviewer: &str,
+        verdict: HumanVerdict,
+        note: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Result<ReviewItem, Refusal>, StoreError> {
+        let Some(item) = self.review_queue(run_id, Some(task_id))?.pop() else {
+            return Err(self.err(rusqlite::Error::QueryReturnedNoRows));
+        };
+        if let Err(refusal) = review::check_submit(&item.reviews, reviewer) {
+            return Ok(Err(refusal));
+        }
+        self.exec(
+            "INSERT INTO reviews(task_id, reviewer, verdict, note, created_at_ms) VALUES (?1,?2,?3,?4,?5)",
+            params![task_id as i64, reviewer, verdict.as_str(), note, now_ms],
+        )?;
+        let mut verdicts: Vec<HumanVerdict> = item.reviews.iter().map(|r| r.verdict).collect();
+        verdicts.push(verdict);
+        if let Some(v) = review::final_verdict(&verdicts) {
+            // The right-hand sides read the row as it was: the automatic values are kept once.
+            self.exec(
+                "UPDATE results SET auto_success = COALESCE(auto_success, success), auto_verdict = COALESCE(auto_verdict, verdict),
+                 success = ?2, verdict = ?3 WHERE task_id = ?1",
+                params![task_id as i64, v.success(), v.as_str()],
+            )?;
+        }
+        match self.review_queue(run_id, Some(task_id))?.pop() {
+            Some(item) => Ok(Ok(item)),
+            None => Err(self.err(rusqlite::Error::QueryReturnedNoRows)),
+        }
+    }
+
     fn exec(&self, sql: &str, params: impl rusqlite::Params) -> Result<(), StoreError> {
         let mut stmt = self.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
         stmt.execute(params).map_err(|e| self.err(e))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(bug_type: &str, agent: &str) -> NewTask {
+        NewTask {
+            track: "android".into(),
+            dataset: "android-sim".into(),
+            instance_id: format!("app-{bug_type}"),
+            repo_or_app: "app".into(),
+            bug_type: Some(bug_type.into()),
+            agent: agent.into(),
+            variant: "full".into(),
+            backbone: "none".into(),
+            repeat: 0,
+            kind: "sim".into(),
+            affinity_key: "app".into(),
+            payload: "{}".into(),
+            ground_truth_actions: Some(3),
+        }
+    }
+
+    #[test]
+    fn reviews_settle_results_and_keep_the_automatic_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let run = LoadedRun {
+            run_id: "r1".into(),
+            name: "s".into(),
+            sweep_hash: "h".into(),
+            state: "finished".into(),
+            tasks: 2,
+            max_attempts: 3,
+            created_at_ms: 0,
+            finished_at_ms: None,
+        };
+        let ids = store
+            .insert_run(
+                &run,
+                "",
+                "{}",
+                &[task("non-crash", "monkey"), task("crash", "monkey")],
+            )
+            .unwrap();
+        for id in &ids {
+            let r = ResultRecord {
+                verdict: "not_reproduced".into(),
+                node_id: "n".into(),
+                ..Default::default()
+            };
+            store.insert_result(*id, "r1", 1, &r).unwrap();
+        }
+        let queue = store.review_queue("r1", None).unwrap();
+        assert_eq!(queue.len(), 1, "crash results are not queued");
+        let id = queue[0].task_id;
+        let rep = HumanVerdict::Reproduced;
+        let item = store
+            .submit_review("r1", id, "ann", rep, Some("toast shown"), 1)
+            .unwrap()
+            .unwrap();
+        assert_eq!(item.state, ReviewState::Pending);
+        assert!(matches!(
+            store.submit_review("r1", id, "ann", rep, None, 2).unwrap(),
+            Err(Refusal::AlreadyReviewed { .. })
+        ));
+        let item = store
+            .submit_review("r1", id, "bob", rep, None, 3)
+            .unwrap()
+            .unwrap();
+        assert_eq!(item.state, ReviewState::Agreed);
+        assert!(item.changed() && item.success && !item.auto_success);
+        assert_eq!(
+            (item.verdict.as_str(), item.auto_verdict.as_str()),
+            ("reproduced", "not_reproduced")
+        );
+        let rows = store.results("r1").unwrap();
+        assert!(rows[0].success && rows[0].verdict == "reproduced");
+        assert!(matches!(
+            store.submit_review("r1", id, "cat", rep, None, 4).unwrap(),
+            Err(Refusal::AlreadyAgreed(_))
+        ));
+        // The refused reviews wrote nothing.
+        assert_eq!(store.review_queue("r1", None).unwrap()[0].reviews.len(), 2);
+    }
+
+    #[test]
+    fn an_old_store_gains_the_review_table_and_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE results(task_id INTEGER PRIMARY KEY, run_id TEXT NOT NULL, epoch INTEGER NOT NULL, success INTEGER NOT NULL, verdict TEXT NOT NULL,
+              error_class TEXT, error_message TEXT, llm_calls INTEGER NOT NULL, tokens_in INTEGER NOT NULL, tokens_out INTEGER NOT NULL, tokens_cached INTEGER NOT NULL,
+              cost_usd REAL NOT NULL, wall_s REAL NOT NULL, actions INTEGER, trace_len INTEGER, feedback_iterations INTEGER, localized_files_correct INTEGER,
+              started_at_ms INTEGER NOT NULL, finished_at_ms INTEGER NOT NULL, node_id TEXT NOT NULL, artifact_path TEXT NOT NULL);",
+        )
+        .unwrap();
+        drop(conn);
+        let store = Store::open(dir.path()).unwrap();
+        assert!(store.review_queue("none", None).unwrap().is_empty());
     }
 }
