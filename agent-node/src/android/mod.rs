@@ -3,6 +3,7 @@
 
 pub mod adb;
 pub mod agent;
+pub mod baselines;
 pub mod device;
 pub mod executor;
 pub mod explore;

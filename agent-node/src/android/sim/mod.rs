@@ -9,6 +9,7 @@ pub use device::{SimDevice, SimLatency};
 pub use model::{AppModel, ModelError};
 
 use crate::android::device::{Action, Crash, Device, DeviceError, Hierarchy};
+use reprobench_proto::android::AndroidReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -79,6 +80,18 @@ pub struct SimReport {
 }
 
 impl SimReport {
+    /// The report as agents see it (no ground truth, verifier or app model name).
+    pub fn android_report(&self) -> AndroidReport {
+        AndroidReport {
+            apk_name: self.apk_name.clone(),
+            url: self.url.clone(),
+            repo: self.repo.clone(),
+            title: self.title.clone(),
+            body: self.body.clone(),
+            comments: self.comments.clone(),
+        }
+    }
+
     /// Whether the device state shows this bug (pure).
     pub fn reproduced(&self, hierarchy: &Hierarchy, crash: Option<&Crash>) -> bool {
         match self.kind {
