@@ -310,11 +310,14 @@ pub fn index_list(v: &Value, field: &str) -> Vec<usize> {
         .unwrap_or_default()
 }
 
+/// How a [`ScriptedLlm`] answers: a closure over the messages.
+type ScriptedAnswer = dyn Fn(&[Value]) -> Result<String, LlmError> + Send + Sync;
+
 /// An in-process [`Llm`] whose answers come from a Rust closure over the messages: for tests
 /// and benchmarks. It is NOT a language model, and [`ScriptedLlm::calls`] counts its calls.
 #[derive(Clone)]
 pub struct ScriptedLlm {
-    answer: std::sync::Arc<dyn Fn(&[Value]) -> Result<String, LlmError> + Send + Sync>,
+    answer: std::sync::Arc<ScriptedAnswer>,
     calls: std::sync::Arc<AtomicUsize>,
 }
 
