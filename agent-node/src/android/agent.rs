@@ -310,7 +310,7 @@ pub fn index_list(v: &Value, field: &str) -> Vec<usize> {
         .unwrap_or_default()
 }
 
-/// The closure behind a [`ScriptedLlm`].
+/// How a [`ScriptedLlm`] answers: a closure over the messages.
 type ScriptedAnswer = dyn Fn(&[Value]) -> Result<String, LlmError> + Send + Sync;
 
 /// An in-process [`Llm`] whose answers come from a Rust closure over the messages: for tests

@@ -9,6 +9,7 @@ pub use device::{SimDevice, SimLatency};
 pub use model::{AppModel, ModelError};
 
 use crate::android::device::{Action, Crash, Device, DeviceError, Hierarchy};
+use reprobench_proto::android::AndroidReport;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -79,9 +80,9 @@ pub struct SimReport {
 }
 
 impl SimReport {
-    /// The report in LTGDroid's JSON form (what agents read; no ground truth).
-    pub fn android_report(&self) -> reprobench_proto::android::AndroidReport {
-        reprobench_proto::android::AndroidReport {
+    /// The report as agents see it (no ground truth, verifier or app model name).
+    pub fn android_report(&self) -> AndroidReport {
+        AndroidReport {
             apk_name: self.apk_name.clone(),
             url: self.url.clone(),
             repo: self.repo.clone(),
