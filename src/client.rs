@@ -73,14 +73,17 @@ pub async fn live_nodes(address: &CoordinatorAddress) -> Result<u32> {
 }
 
 /// Two slots of each executor kind a sweep's tasks need.
-fn needed_slots(spec: &reprobench_proto::sweep::SweepSpec) -> Vec<SlotSpec> {
+fn needed_slots(
+    spec: &reprobench_proto::sweep::SweepSpec,
+    is_sim_suite: impl Fn(&str) -> bool,
+) -> Vec<SlotSpec> {
     let mut kinds: Vec<String> = spec
         .datasets
         .iter()
         .map(|d| {
             if reprobench_proto::synthetic::SyntheticDataset::parse(d).is_some() {
                 "synthetic".to_string()
-            } else if d.starts_with("android") {
+            } else if d.starts_with("android") || is_sim_suite(d) {
                 "sim".to_string()
             } else {
                 spec.eval.executor.clone()
@@ -132,7 +135,9 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
             );
         }
         let slots = if a.node_slots.is_empty() {
-            needed_slots(&spec)
+            needed_slots(&spec, |d| {
+                crate::datasets::android_sim_dir(d, &a.datasets_dir(), sweep_dir).is_some()
+            })
         } else {
             a.node_slots.clone()
         };

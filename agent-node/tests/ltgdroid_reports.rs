@@ -27,7 +27,11 @@ fn the_75_real_reports_build_the_report_analyzer_prompt() {
         assert!(user.starts_with("## Bug report\n"), "{}", inst.instance_id);
         assert!(user.contains(report.title.trim()), "{}", inst.instance_id);
         for c in &report.comments {
-            assert!(user.contains(c.trim()), "{}: a comment is missing", inst.instance_id);
+            assert!(
+                user.contains(c.trim()),
+                "{}: a comment is missing",
+                inst.instance_id
+            );
         }
         assert!(prompts::raw_objective(&text).contains(report.body.trim()));
         built += 1;

@@ -169,16 +169,20 @@ async fn run(setup: Setup, spec: AttemptSpec) -> AttemptEnd {
             ));
         }
     };
-    let Some(dir) = setup.datasets.get(&payload.dataset) else {
+    // A suite by name, or by an absolute path the node can read (a custom sim suite).
+    let by_path = Some(PathBuf::from(&payload.dataset))
+        .filter(|p| p.is_absolute() && p.join("manifest.json").is_file());
+    let Some(dir) = setup.datasets.get(&payload.dataset).cloned().or(by_path) else {
         return error(
             FailureClass::BadInput,
             "bad_input:dataset",
             format!(
-                "the sim executor runs android-sim only, not `{}`",
+                "the sim executor runs android-sim, or a sim suite given by an absolute path on the node, not `{}`",
                 payload.dataset
             ),
         );
     };
+    let dir = &dir;
     let ds = match Dataset::load(dir) {
         Ok(d) => d,
         Err(e) => {

@@ -50,7 +50,11 @@ fn widget_token(t: &WidgetRef) -> String {
 /// Whether an action in words (as prompts print it) is `gold`; `strict_text` also compares
 /// the typed text of inputs.
 pub fn words_match(words: &str, gold: &Action, strict_text: bool) -> bool {
-    let on = |t: &WidgetRef| words.contains(&widget_token(t));
+    // The widget's id, and its text too when the ground truth names one (list rows share ids).
+    let on = |t: &WidgetRef| {
+        words.contains(&widget_token(t))
+            && (t.text.is_empty() || words.contains(&format!("text=\"{}\"", t.text)))
+    };
     match gold {
         Action::Click { target } => words.starts_with("click <") && on(target),
         Action::LongClick { target } => words.starts_with("long-click <") && on(target),
