@@ -255,20 +255,26 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
         }
         self.note(json!({"stage": "filter", "path_len": node.actions.len(),
             "candidates": all.len(), "kept": kept, "readable": readable}));
-        let mut out = Vec::with_capacity(kept.len());
-        for i in kept {
+        // Text for the kept input actions, asked for all at once.
+        let actions = kept.into_iter().map(|i| {
             let mut action = all[i].clone();
-            if let Action::InputText { target, text } = &mut action {
-                let (sys, user) =
-                    prompts::input(&self.objective, &node.steps, &describe_widget(target));
-                let answer = ask(&mut llm, &sys, &user, &[]).await?;
-                if let Some(t) = prompts::input_text_of(&answer) {
-                    *text = t;
+            let mut llm = self.llm.clone();
+            async move {
+                if let Action::InputText { target, text } = &mut action {
+                    let (sys, user) =
+                        prompts::input(&self.objective, &node.steps, &describe_widget(target));
+                    let answer = ask(&mut llm, &sys, &user, &[]).await?;
+                    if let Some(t) = prompts::input_text_of(&answer) {
+                        *text = t;
+                    }
                 }
+                Ok::<Action, Stop>(action)
             }
-            out.push(action);
-        }
-        Ok(out)
+        });
+        futures_util::future::join_all(actions)
+            .await
+            .into_iter()
+            .collect()
     }
 
     /// `no-ae`: the one action the LLM chooses from the widget list, if it names a valid one.
