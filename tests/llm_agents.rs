@@ -675,6 +675,30 @@ fn quickstart_also_runs_the_llm_agents_when_a_backbone_is_configured() {
         rows.iter().filter(|r| r["agent"] == "gold").count(),
         s.rows.len()
     );
+    // android-sim gets ltgdroid too (this scripted server answers only swt prompts, so its
+    // tasks end as LLM errors: the point is that they were run, metered, and recorded).
+    let android = Command::new(bin())
+        .args([
+            "results",
+            summary["android"]["run_id"].as_str().unwrap(),
+            "--format",
+            "jsonl",
+            "--data",
+        ])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let android: Vec<Value> = String::from_utf8_lossy(&android.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ltgdroid: Vec<&Value> = android.iter().filter(|r| r["agent"] == "ltgdroid").collect();
+    assert_eq!(ltgdroid.len(), 12, "ltgdroid ran on every android-sim report");
+    assert!(ltgdroid.iter().all(|r| r["backbone"] == "scripted-model"));
+    assert_eq!(
+        android.iter().filter(|r| r["agent"] == "gold-trace" && r["success"] == true).count(),
+        12
+    );
 }
 
 #[test]
