@@ -129,7 +129,6 @@ fn spec(instance: &str, agent: &str) -> AttemptSpec {
         attempt: AttemptRef {
             task_id: 3,
             epoch: 1,
-            ..Default::default()
         },
         run_id: "run1".into(),
         agent: agent.into(),
