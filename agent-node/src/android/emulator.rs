@@ -130,11 +130,26 @@ impl Inner {
 struct SlotGuard {
     inner: Arc<Inner>,
     slot: Slot,
+    /// The pool freed the slot itself (restart or retire): it may already serve someone else.
+    freed: bool,
+}
+
+impl SlotGuard {
+    /// Records `event` for the held slot.
+    fn event(&mut self, event: HealthEvent) -> Decision {
+        let d = self.inner.event(&self.slot, event);
+        if d != Decision::Keep {
+            self.freed = true;
+        }
+        d
+    }
 }
 
 impl Drop for SlotGuard {
     fn drop(&mut self) {
-        if let Ok(mut pool) = self.inner.pool.lock() {
+        if !self.freed
+            && let Ok(mut pool) = self.inner.pool.lock()
+        {
             pool.release(&self.slot);
         }
     }
@@ -576,7 +591,9 @@ fn find_instance(
 }
 
 /// Launches (if needed) and boots the emulator of `slot`; a failure is reported to the pool.
-async fn ensure_booted(inner: &Inner, slot: Slot, ready: bool) -> Result<(), Failure> {
+async fn ensure_booted(guard: &mut SlotGuard, ready: bool) -> Result<(), Failure> {
+    let inner = guard.inner.clone();
+    let slot = guard.slot;
     let cfg = inner.pool.lock().expect("pool lock").config.clone();
     let exited = inner
         .processes
@@ -588,7 +605,7 @@ async fn ensure_booted(inner: &Inner, slot: Slot, ready: bool) -> Result<(), Fai
         let Some(code) = exited else {
             return Ok(());
         };
-        let d = inner.event(&slot, HealthEvent::Exited);
+        let d = guard.event(HealthEvent::Exited);
         return Err(Failure::new(
             FailureClass::Infra,
             "emulator_exited",
@@ -615,7 +632,7 @@ async fn ensure_booted(inner: &Inner, slot: Slot, ready: bool) -> Result<(), Fai
                     .insert(slot.index, e);
             }
             Err(m) => {
-                let d = inner.event(&slot, HealthEvent::Exited);
+                let d = guard.event(HealthEvent::Exited);
                 return Err(Failure::new(
                     FailureClass::Infra,
                     "emulator_spawn",
@@ -630,13 +647,13 @@ async fn ensure_booted(inner: &Inner, slot: Slot, ready: bool) -> Result<(), Fai
     let serial = slot.serial();
     let why = match wait_for_boot(&*inner.runner, &inner.settings.adb, &serial, &cfg).await {
         BootStatus::Ready => {
-            inner.event(&slot, HealthEvent::Booted);
+            guard.event(HealthEvent::Booted);
             return Ok(());
         }
         BootStatus::TimedOut(why) => why,
         BootStatus::Booting => "still booting".into(),
     };
-    let d = inner.event(&slot, HealthEvent::BootTimedOut);
+    let d = guard.event(HealthEvent::BootTimedOut);
     Err(Failure::new(
         FailureClass::Infra,
         "emulator_boot",
@@ -710,11 +727,12 @@ async fn attempt(inner: Arc<Inner>, spec: AttemptSpec) -> AttemptEnd {
         );
         return failed(f, started_at_ms, start);
     };
-    let _guard = SlotGuard {
+    let mut guard = SlotGuard {
         inner: inner.clone(),
         slot,
+        freed: false,
     };
-    if let Err(f) = ensure_booted(&inner, slot, ready).await {
+    if let Err(f) = ensure_booted(&mut guard, ready).await {
         return failed(f, started_at_ms, start);
     }
     let mut dev = AdbDevice::with_runner(
@@ -735,7 +753,7 @@ async fn attempt(inner: Arc<Inner>, spec: AttemptSpec) -> AttemptEnd {
         Ok(p) => p,
         Err(f) => {
             if f.device_down {
-                inner.event(&slot, HealthEvent::ProbeFailed);
+                guard.event(HealthEvent::ProbeFailed);
             }
             return failed(f, started_at_ms, start);
         }
@@ -766,12 +784,12 @@ async fn attempt(inner: Arc<Inner>, spec: AttemptSpec) -> AttemptEnd {
         Ok(g) => g,
         Err(f) => {
             if f.device_down {
-                inner.event(&slot, HealthEvent::ProbeFailed);
+                guard.event(HealthEvent::ProbeFailed);
             }
             return failed(f, started_at_ms, start);
         }
     };
-    inner.event(&slot, HealthEvent::ProbeOk);
+    guard.event(HealthEvent::ProbeOk);
     let _ = std::fs::write(
         artifact_dir.join("trace.json"),
         serde_json::to_vec_pretty(&g.details).unwrap_or_default(),
