@@ -76,6 +76,7 @@ pub async fn live_nodes(address: &CoordinatorAddress) -> Result<u32> {
 fn needed_slots(
     spec: &reprobench_proto::sweep::SweepSpec,
     is_sim_suite: impl Fn(&str) -> bool,
+    is_real_android: impl Fn(&str) -> bool,
 ) -> Vec<SlotSpec> {
     let mut kinds: Vec<String> = spec
         .datasets
@@ -83,6 +84,8 @@ fn needed_slots(
         .map(|d| {
             if reprobench_proto::synthetic::SyntheticDataset::parse(d).is_some() {
                 "synthetic".to_string()
+            } else if is_real_android(d) {
+                "emulator".to_string()
             } else if d.starts_with("android") || is_sim_suite(d) {
                 "sim".to_string()
             } else {
@@ -123,6 +126,8 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
         for name in &spec.datasets {
             if reprobench_proto::synthetic::SyntheticDataset::parse(name).is_none()
                 && crate::datasets::android_sim_dir(name, &a.datasets_dir(), sweep_dir).is_none()
+                && crate::datasets::android_manifest_dir(name, &a.datasets_dir(), sweep_dir)
+                    .is_none()
             {
                 let ds = crate::datasets::load(name, &a.datasets_dir(), sweep_dir, None)?;
                 crate::datasets::ensure_mirrors(&ds, &a.node.settings().repos)?;
@@ -135,9 +140,13 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
             );
         }
         let slots = if a.node_slots.is_empty() {
-            needed_slots(&spec, |d| {
-                crate::datasets::android_sim_dir(d, &a.datasets_dir(), sweep_dir).is_some()
-            })
+            needed_slots(
+                &spec,
+                |d| crate::datasets::android_sim_dir(d, &a.datasets_dir(), sweep_dir).is_some(),
+                |d| {
+                    crate::datasets::android_manifest_dir(d, &a.datasets_dir(), sweep_dir).is_some()
+                },
+            )
         } else {
             a.node_slots.clone()
         };

@@ -29,6 +29,12 @@ pub fn attach(
             );
             continue;
         }
+        if let Some(dir) = android_manifest_dir(name, datasets_dir, base) {
+            let (rows, errors) = android_manifest_rows(&dir)?;
+            problems.extend(errors);
+            att.insert(reprobench_proto::android::android_rows_key(name), rows);
+            continue;
+        }
         let ds = load(name, datasets_dir, base, None)?;
         problems.extend(ds.errors.iter().cloned());
         att.insert(dataset_key(name), rows_jsonl(&ds));
@@ -63,6 +69,43 @@ pub fn android_sim_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<P
     (v["track"] == "android" && v.get("apps").is_some()).then_some(dir)
 }
 
+/// The directory of a real-app android dataset (a manifest of track `android` without the
+/// simulator's `apps`, e.g. `android-ltg75`), if `name` is one.
+pub fn android_manifest_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<PathBuf> {
+    let candidate = resolve(base, name);
+    let dir = if candidate.is_dir() {
+        candidate
+    } else {
+        datasets_dir.join(name)
+    };
+    let manifest = std::fs::read_to_string(dir.join("manifest.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&manifest).ok()?;
+    (v["track"] == "android" && v.get("apps").is_none()).then_some(dir)
+}
+
+/// The rows of a real-app android dataset as a sweep attaches them (the node reads the
+/// reports and APKs), and the rows that could not be read.
+fn android_manifest_rows(dir: &Path) -> Result<(String, Vec<RowError>)> {
+    use reprobench_proto::android::{AndroidRow, load_android_dataset};
+    let name = dir.display().to_string();
+    let ds = load_android_dataset(&name, dir, None).map_err(anyhow::Error::msg)?;
+    let rows = ds
+        .instances
+        .iter()
+        .map(|i| {
+            let row = AndroidRow {
+                instance_id: i.instance_id.clone(),
+                app: i.app.clone(),
+                bug_type: i.bug_type,
+                ground_truth_actions: i.ground_truth_actions,
+                real_app: true,
+            };
+            serde_json::to_string(&row).expect("serializes") + "\n"
+        })
+        .collect();
+    Ok((rows, ds.errors))
+}
+
 /// The rows of a simulator dataset as a sweep attaches them.
 fn android_rows(dir: &Path) -> Result<String> {
     use reprobench_agent_node::android::sim::{BugKind, Dataset};
@@ -80,6 +123,7 @@ fn android_rows(dir: &Path) -> Result<String> {
                     BugKind::NonCrash => BugType::NonCrash,
                 },
                 ground_truth_actions: Some(r.ground_truth.len() as u32),
+                real_app: false,
             };
             serde_json::to_string(&row).expect("serializes") + "\n"
         })

@@ -127,6 +127,25 @@ pub struct SwtNodeArgs {
     /// (K; the original runs them one after another, K = 1).
     #[arg(long, value_name = "K", default_value_t = reprobench_agent_node::android::executor::DEFAULT_PREASSESS_REPLICAS)]
     preassess_replicas: usize,
+    /// The Android `emulator` binary the `emulator` executor launches [default: emulator on PATH].
+    #[arg(long, value_name = "PATH")]
+    emulator: Option<PathBuf>,
+    /// The `adb` binary the `emulator` executor drives devices with [default: adb on PATH].
+    #[arg(long, value_name = "PATH")]
+    adb: Option<PathBuf>,
+    /// The AVD every emulator runs (required to offer `emulator` slots).
+    #[arg(long, value_name = "NAME")]
+    avd: Option<String>,
+    /// How many emulators the node runs at most [default: its emulator slots].
+    #[arg(long, value_name = "N")]
+    emulators: Option<u16>,
+    /// Directory of the APKs android reports name (e.g. ActivityDiary_v1.1.8.apk).
+    #[arg(long, value_name = "DIR")]
+    apks: Option<PathBuf>,
+    /// Directory of the android datasets (manifests, rows, fetched reports) the `emulator`
+    /// executor reads [default: ./datasets].
+    #[arg(long, value_name = "DIR")]
+    android_datasets: Option<PathBuf>,
 }
 
 impl SwtNodeArgs {
@@ -143,6 +162,12 @@ impl SwtNodeArgs {
             sim_latency_scale: 0.0,
             preassess_replicas:
                 reprobench_agent_node::android::executor::DEFAULT_PREASSESS_REPLICAS,
+            emulator: None,
+            adb: None,
+            avd: None,
+            emulators: None,
+            apks: None,
+            android_datasets: None,
         }
     }
 
@@ -176,6 +201,27 @@ impl SwtNodeArgs {
         s.repos = Self::absolute(s.repos);
         s.cache_dir = Self::absolute(s.cache_dir);
         s.artifacts = Self::absolute(s.artifacts);
+        s.emulator = self.avd.as_ref().map(|avd| {
+            use reprobench_agent_node::android::emulator::EmulatorSettings;
+            let mut e = EmulatorSettings::new(
+                avd,
+                Self::absolute(self.apks.clone().unwrap_or_else(|| PathBuf::from("apks"))),
+                Self::absolute(
+                    self.android_datasets
+                        .clone()
+                        .unwrap_or_else(reprobench_proto::swt::default_datasets_dir),
+                ),
+                s.artifacts.clone(),
+            );
+            if let Some(p) = &self.emulator {
+                e.emulator = p.clone();
+            }
+            if let Some(p) = &self.adb {
+                e.adb = p.clone();
+            }
+            e.emulators = self.emulators.unwrap_or(0);
+            e
+        });
         s
     }
 
@@ -206,6 +252,22 @@ impl SwtNodeArgs {
                 .iter()
                 .flat_map(|r| ["--replay".to_string(), r.display().to_string()]),
         )
+        .chain(s.emulator.iter().flat_map(|e| {
+            [
+                "--avd".to_string(),
+                e.avd.clone(),
+                "--emulator".into(),
+                e.emulator.display().to_string(),
+                "--adb".into(),
+                e.adb.display().to_string(),
+                "--emulators".into(),
+                e.emulators.to_string(),
+                "--apks".into(),
+                e.apks.display().to_string(),
+                "--android-datasets".into(),
+                e.datasets.display().to_string(),
+            ]
+        }))
         .collect()
     }
 }

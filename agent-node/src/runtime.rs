@@ -61,6 +61,8 @@ pub struct SwtSettings {
     pub sim_latency_scale: f64,
     /// Device replicas ltgdroid pre-assesses candidate actions on (K).
     pub preassess_replicas: usize,
+    /// The `emulator` executor's settings; `None` when no AVD was given (`--avd`).
+    pub emulator: Option<crate::android::emulator::EmulatorSettings>,
 }
 
 impl Default for SwtSettings {
@@ -75,6 +77,7 @@ impl Default for SwtSettings {
             android_sim: reprobench_proto::swt::default_datasets_dir().join("android-sim"),
             sim_latency_scale: 0.0,
             preassess_replicas: crate::android::executor::DEFAULT_PREASSESS_REPLICAS,
+            emulator: None,
         }
     }
 }
@@ -97,7 +100,11 @@ async fn build_executors(
     let mut executors: HashMap<String, Arc<dyn Executor>> = HashMap::new();
     let mut gateway: Option<Gateway> = None;
     for spec in &cfg.slots {
-        if matches!(spec.kind.as_str(), "process" | "docker" | "sim") && gateway.is_none() {
+        if matches!(
+            spec.kind.as_str(),
+            "process" | "docker" | "sim" | "emulator"
+        ) && gateway.is_none()
+        {
             let config = GatewayConfig {
                 replay: cfg.swt.replay.clone(),
                 ..GatewayConfig::default()
@@ -118,6 +125,23 @@ async fn build_executors(
                     s.artifacts.clone(),
                 )
                 .with_replicas(s.preassess_replicas);
+                Arc::new(match &gateway {
+                    Some(g) => e.with_gateway(g.clone()),
+                    None => e,
+                })
+            }
+            "emulator" => {
+                let Some(mut settings) = s.emulator.clone() else {
+                    return Err(NodeError::Config(
+                        "--slots emulator=N needs an emulator setup: pass --avd NAME (and --apks DIR; optionally --emulator PATH, --adb PATH, --emulators N, --android-datasets DIR)".into(),
+                    ));
+                };
+                if settings.emulators == 0 {
+                    // One emulator per slot unless --emulators says otherwise.
+                    settings.emulators = spec.slots.min(u16::MAX as u32) as u16;
+                }
+                let e = crate::android::emulator::EmulatorExecutor::new(settings)
+                    .map_err(|e| NodeError::Config(format!("--slots emulator=N: {e}")))?;
                 Arc::new(match &gateway {
                     Some(g) => e.with_gateway(g.clone()),
                     None => e,
@@ -153,7 +177,7 @@ async fn build_executors(
             }
             other => {
                 return Err(NodeError::Config(format!(
-                    "this build has no `{other}` executor yet; offer slots of: synthetic, process, docker, sim"
+                    "this build has no `{other}` executor yet; offer slots of: synthetic, process, docker, sim, emulator"
                 )));
             }
         };
@@ -691,4 +715,49 @@ pub fn stop_signals() -> mpsc::UnboundedReceiver<()> {
         }
     });
     rx
+}
+
+#[cfg(test)]
+mod emulator_slot_tests {
+    use super::*;
+
+    fn cfg(swt: SwtSettings) -> NodeConfig {
+        NodeConfig {
+            coordinator: reprobench_proto::auth::CoordinatorAddress {
+                url: "http://127.0.0.1:1".into(),
+                token: "t".into(),
+                tls_ca: None,
+            },
+            node_id: "n".into(),
+            slots: vec![SlotSpec {
+                kind: "emulator".into(),
+                slots: 2,
+            }],
+            drain_timeout: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(1),
+            swt,
+        }
+    }
+
+    #[tokio::test]
+    async fn emulator_slots_need_an_avd() {
+        let err = build_executors(&cfg(SwtSettings::default()))
+            .await
+            .err()
+            .expect("no AVD");
+        let msg = err.to_string();
+        assert!(msg.contains("--avd") && msg.contains("--apks"), "{msg}");
+        let mut swt = SwtSettings::default();
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = crate::android::emulator::EmulatorSettings::new(
+            "pixel_34",
+            dir.path().into(),
+            dir.path().into(),
+            dir.path().into(),
+        );
+        e.emulators = 0;
+        swt.emulator = Some(e);
+        let execs = build_executors(&cfg(swt)).await.unwrap();
+        assert_eq!(execs["emulator"].kind(), "emulator");
+    }
 }

@@ -146,7 +146,7 @@ fn expand_android(
                             variant: variant.clone(),
                             backbone: backbone.clone(),
                             repeat,
-                            kind: "sim".into(),
+                            kind: android_kind(row).into(),
                             affinity_key: row.app.clone(),
                             payload: serde_json::to_string(&payload).expect("payload serializes"),
                             ground_truth_actions: row.ground_truth_actions,
@@ -157,6 +157,11 @@ fn expand_android(
         }
     }
     Ok(())
+}
+
+/// The executor kind of an android row: real apps run on emulators, simulator suites on `sim`.
+pub fn android_kind(row: &AndroidRow) -> &'static str {
+    if row.real_app { "emulator" } else { "sim" }
 }
 
 fn expand_swt(
@@ -383,6 +388,49 @@ mod tests {
         assert_eq!(
             sweep_hash(&s, &none),
             sweep_hash(&spec(&s.to_toml()), &none)
+        );
+    }
+
+    #[test]
+    fn real_app_rows_expand_to_emulator_tasks_and_sim_rows_to_sim() {
+        let s = spec(
+            "name='a'\ndatasets=['android-ltg75','android-sim']\n[[agents]]\nname='monkey'\nvariants=['default']\n",
+        );
+        let mut att = Attachments::new();
+        att.insert(
+            android::android_rows_key("android-ltg75"),
+            concat!(
+                r#"{"instance_id":"ActivityDiary-118","app":"ActivityDiary","bug_type":"crash","ground_truth_actions":15,"real_app":true}"#,
+                "\n",
+                r#"{"instance_id":"Anki-4200","app":"Anki","bug_type":"non-crash","ground_truth_actions":null,"real_app":true}"#,
+                "\n"
+            )
+            .into(),
+        );
+        att.insert(
+            android::android_rows_key("android-sim"),
+            r#"{"instance_id":"notes-1","app":"notes","bug_type":"crash","ground_truth_actions":3}"#
+                .to_string() + "\n",
+        );
+        let tasks = expand(&s, &att).unwrap();
+        let kinds: Vec<(&str, &str, &str)> = tasks
+            .iter()
+            .map(|t| (t.dataset.as_str(), t.instance_id.as_str(), t.kind.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("android-ltg75", "ActivityDiary-118", "emulator"),
+                ("android-ltg75", "Anki-4200", "emulator"),
+                ("android-sim", "notes-1", "sim"),
+            ]
+        );
+        assert_eq!(tasks[0].ground_truth_actions, Some(15));
+        assert_eq!(tasks[1].bug_type.as_deref(), Some("non-crash"));
+        let p: AndroidPayload = serde_json::from_str(&tasks[0].payload).unwrap();
+        assert_eq!(
+            (p.dataset.as_str(), p.agent.as_str()),
+            ("android-ltg75", "monkey")
         );
     }
 

@@ -526,6 +526,10 @@ pub struct AndroidRow {
     pub bug_type: BugType,
     /// Actions in the ground-truth reproduction.
     pub ground_truth_actions: Option<u32>,
+    /// Whether the row is a real app's report (run on an emulator) rather than a simulator
+    /// suite's (absent: `sim`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub real_app: bool,
 }
 
 /// What an android task tells the node.

@@ -5,6 +5,7 @@ pub mod adb;
 pub mod agent;
 pub mod baselines;
 pub mod device;
+pub mod emulator;
 pub mod executor;
 pub mod explore;
 pub mod ltgdroid;

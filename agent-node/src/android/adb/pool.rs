@@ -206,6 +206,28 @@ impl Pool {
         Some(*slot)
     }
 
+    /// Takes a free slot that is not retired, preferring booted ones; `true` when it is booted
+    /// (otherwise the caller boots it and reports [`HealthEvent::Booted`]).
+    pub fn acquire_any(&mut self) -> Option<(Slot, bool)> {
+        let pick = self
+            .slots
+            .iter()
+            .position(|(_, h, busy)| h.ready && !h.retired && !*busy)
+            .or_else(|| {
+                self.slots
+                    .iter()
+                    .position(|(_, h, busy)| !h.retired && !*busy)
+            })?;
+        let (slot, health, busy) = &mut self.slots[pick];
+        *busy = true;
+        Some((*slot, health.ready))
+    }
+
+    /// Slots in use.
+    pub fn busy(&self) -> usize {
+        self.slots.iter().filter(|(_, _, busy)| *busy).count()
+    }
+
     /// Gives a slot back.
     pub fn release(&mut self, slot: &Slot) {
         if let Some(e) = self.slots.iter_mut().find(|(s, _, _)| s == slot) {
@@ -517,6 +539,21 @@ mod tests {
         p.on(&b, HealthEvent::Booted);
         assert_eq!(p.acquire(), Some(b));
         assert_eq!(p.acquire(), None);
+    }
+
+    #[test]
+    fn acquire_any_prefers_booted_slots() {
+        let mut c = cfg();
+        c.size = 2;
+        let mut p = Pool::new(c).unwrap();
+        let [a, b]: [Slot; 2] = p.slots().copied().collect::<Vec<_>>().try_into().unwrap();
+        p.on(&b, HealthEvent::Booted);
+        assert_eq!(p.acquire_any(), Some((b, true)));
+        assert_eq!(p.acquire_any(), Some((a, false)));
+        assert_eq!(p.busy(), 2);
+        assert_eq!(p.acquire_any(), None);
+        p.release(&a);
+        assert_eq!(p.busy(), 1);
     }
 
     #[test]
