@@ -692,11 +692,21 @@ fn quickstart_also_runs_the_llm_agents_when_a_backbone_is_configured() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let ltgdroid: Vec<&Value> = android.iter().filter(|r| r["agent"] == "ltgdroid").collect();
-    assert_eq!(ltgdroid.len(), 12, "ltgdroid ran on every android-sim report");
+    let ltgdroid: Vec<&Value> = android
+        .iter()
+        .filter(|r| r["agent"] == "ltgdroid")
+        .collect();
+    assert_eq!(
+        ltgdroid.len(),
+        12,
+        "ltgdroid ran on every android-sim report"
+    );
     assert!(ltgdroid.iter().all(|r| r["backbone"] == "scripted-model"));
     assert_eq!(
-        android.iter().filter(|r| r["agent"] == "gold-trace" && r["success"] == true).count(),
+        android
+            .iter()
+            .filter(|r| r["agent"] == "gold-trace" && r["success"] == true)
+            .count(),
         12
     );
 }

@@ -331,19 +331,20 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
         Ok(action)
     }
 
-    /// Executes each job from its parent's snapshot on the first free replica; results come
-    /// back in job order whatever the number of replicas.
+    /// Executes each job from its parent's snapshot on the first free replica. Each job's
+    /// result is sent on `done` (in any order, with its index) as soon as its transition is
+    /// summarized, while its snapshot is still being saved; the future ends when every job, saves
+    /// included, is done, with the first stop (budget or error) if any.
     async fn preassess(
         &self,
         nodes: &[PathNode],
         jobs: Vec<Job>,
-    ) -> (Vec<Option<PathNode>>, Option<Stop>) {
-        let n = jobs.len();
+        done: tokio::sync::mpsc::UnboundedSender<(usize, Option<PathNode>)>,
+    ) -> Option<Stop> {
         let queue = Mutex::new(jobs.into_iter().enumerate().collect::<VecDeque<_>>());
-        let results: Mutex<Vec<Option<PathNode>>> = Mutex::new(vec![None; n]);
         let stop: Mutex<Option<Stop>> = Mutex::new(None);
         let workers = self.devices.iter().map(|dev| {
-            let (queue, results, stop) = (&queue, &results, &stop);
+            let (queue, stop, done) = (&queue, &stop, done.clone());
             async move {
                 let mut llm = self.llm.clone();
                 loop {
@@ -355,39 +356,44 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
                     else {
                         return;
                     };
-                    match self
-                        .assess_one(*dev, &mut llm, &nodes[job.parent], job.action)
+                    let parent = &nodes[job.parent];
+                    let report = |child| {
+                        let _ = done.send((i, child));
+                    };
+                    if let Err(s) = self
+                        .assess_one(*dev, &mut llm, parent, job.action, report)
                         .await
                     {
-                        Ok(child) => results.lock().unwrap_or_else(|e| e.into_inner())[i] = child,
-                        Err(s) => {
-                            stop.lock()
-                                .unwrap_or_else(|e| e.into_inner())
-                                .get_or_insert(s);
-                            return;
-                        }
+                        stop.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(s);
+                        return;
                     }
                 }
             }
         });
+        let workers: Vec<_> = workers.collect();
+        // Only the workers hold senders now: the channel closes when the last one ends.
+        drop(done);
         futures_util::future::join_all(workers).await;
-        (
-            results.into_inner().unwrap_or_else(|e| e.into_inner()),
-            stop.into_inner().unwrap_or_else(|e| e.into_inner()),
-        )
+        stop.into_inner().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Restores `parent`'s state on `dev`, performs `action`, captures the result, saves it as a
-    /// snapshot (unless the app crashed) and assesses the transition.
+    /// Restores `parent`'s state on `dev`, performs `action`, captures the result and reports
+    /// the new path (`None` when the action could not be done) once its transition is assessed;
+    /// the snapshot of the new state (unless the app crashed) is saved meanwhile, and is complete
+    /// when this returns.
     async fn assess_one(
         &self,
         dev: &dyn Device,
         llm: &mut L,
         parent: &PathNode,
         action: Action,
-    ) -> Result<Option<PathNode>, Stop> {
+        report: impl FnOnce(Option<PathNode>),
+    ) -> Result<(), Stop> {
         let Some(snapshot) = &parent.snapshot else {
-            return Ok(None);
+            report(None);
+            return Ok(());
         };
         self.meter.check_time().map_err(Stop::Budget)?;
         dev.load_snapshot(snapshot).await?;
@@ -397,19 +403,12 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
             Ok(()) => {}
             Err(DeviceError::Rejected(why)) => {
                 self.note(json!({"stage": "execute", "action": words, "rejected": why}));
-                return Ok(None);
+                report(None);
+                return Ok(());
             }
             Err(e) => return Err(e.into()),
         }
         let after = capture(dev).await?;
-        let snapshot = match after.crash {
-            None => {
-                let name = self.next_snapshot();
-                dev.save_snapshot(&name).await?;
-                Some(name)
-            }
-            Some(_) => None,
-        };
         let crash_note = after.crash.as_ref().map(|c| {
             format!(
                 "the app has stopped ({}: {})",
@@ -417,28 +416,42 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
                 c.message.lines().next().unwrap_or_default()
             )
         });
-        let effect = if self.cfg.variant.transition_assessment {
-            let (sys, user) = prompts::summarize(
-                &words,
-                &parent.screen.activity,
-                &after.activity,
-                crash_note.as_deref(),
-            );
-            let answer = ask(llm, &sys, &user, &[&parent.screen.png, &after.png]).await?;
-            Some(prompts::summary_of(&answer))
-        } else {
-            // Without transition assessment only the crash oracle's finding is recorded.
-            crash_note.map(|c| format!("[{c}]"))
+        let name = after.crash.is_none().then(|| self.next_snapshot());
+        // The snapshot is saved while the LLM summarizes the transition (the summary needs only
+        // the screenshots already taken), and the path is reported as soon as it is summarized.
+        let save = async {
+            if let Some(n) = &name {
+                dev.save_snapshot(n).await?;
+            }
+            Ok::<(), Stop>(())
         };
-        let mut child = parent.clone();
-        child.actions.push(action);
-        child.steps.push(PathStep {
-            action: words,
-            effect,
-        });
-        child.snapshot = snapshot;
-        child.screen = std::sync::Arc::new(after);
-        Ok(Some(child))
+        let summarize = async {
+            let effect = if self.cfg.variant.transition_assessment {
+                let (sys, user) = prompts::summarize(
+                    &words,
+                    &parent.screen.activity,
+                    &after.activity,
+                    crash_note.as_deref(),
+                );
+                let answer = ask(llm, &sys, &user, &[&parent.screen.png, &after.png]).await?;
+                Some(prompts::summary_of(&answer))
+            } else {
+                // Without transition assessment only the crash oracle's finding is recorded.
+                crash_note.clone().map(|c| format!("[{c}]"))
+            };
+            let mut child = parent.clone();
+            child.actions.push(action);
+            child.steps.push(PathStep {
+                action: words.clone(),
+                effect,
+            });
+            child.snapshot = name.clone();
+            child.screen = std::sync::Arc::new(after.clone());
+            report(Some(child));
+            Ok::<(), Stop>(())
+        };
+        let (saved, summarized) = tokio::join!(save, summarize);
+        saved.and(summarized)
     }
 
     /// The Bug Verifier on a path the evaluator called complete.
@@ -460,102 +473,146 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
         Ok(ok)
     }
 
-    /// Runs levels until a verified path, a budget, or no path is left; returns the run.
+    /// The pre-assessment jobs of the kept paths: each path's candidates (filter calls at once).
+    async fn jobs_for(&self, frontier: &[PathNode]) -> Result<Vec<Job>, Stop> {
+        let per_path = futures_util::future::join_all(frontier.iter().map(|node| async {
+            if self.cfg.variant.action_enumeration {
+                self.explore_candidates(node).await
+            } else {
+                Ok(self.choose_action(node).await?.into_iter().collect())
+            }
+        }))
+        .await;
+        let mut jobs = Vec::new();
+        for (parent, r) in per_path.into_iter().enumerate() {
+            jobs.extend(r?.into_iter().map(|action| Job { parent, action }));
+        }
+        Ok(jobs)
+    }
+
+    /// Evaluates one level's new paths: a verified complete path ends the run; otherwise the
+    /// kept paths and the jobs of the next level.
+    async fn decide(&self, level: usize, children: Vec<PathNode>, run: &mut AndroidRun) -> Next {
+        let m = self.cfg.second_branch_limit;
+        let paths: Vec<Vec<PathStep>> = children.iter().map(|c| c.steps.clone()).collect();
+        let (sys, user) = prompts::evaluate(&self.objective, &paths, m);
+        let mut llm = self.llm.clone();
+        let answer = match ask(&mut llm, &sys, &user, &[]).await {
+            Ok(a) => a,
+            Err(e) => return Next::Stop(e.into()),
+        };
+        let eval = prompts::evaluation_of(&answer, children.len(), m);
+        self.note(
+            json!({"stage": "evaluate", "level": level, "complete": eval.complete,
+            "keep": eval.keep}),
+        );
+        if let Some(c) = eval.complete {
+            match self.verify(&children[c]).await {
+                Ok(true) => {
+                    run.claimed = true;
+                    run.trace = children[c].actions.clone();
+                    run.crash = children[c].screen.crash.clone();
+                    return Next::Done;
+                }
+                Ok(false) => {}
+                Err(s) => return Next::Stop(s),
+            }
+        }
+        let keep = if eval.keep.is_empty() {
+            (0..children.len().min(m)).collect()
+        } else {
+            eval.keep
+        };
+        let next: Vec<PathNode> = keep
+            .into_iter()
+            .map(|i| children[i].clone())
+            .filter(|c| c.snapshot.is_some())
+            .collect();
+        // The best path so far is what a run that stops now offers.
+        run.trace = next.first().unwrap_or(&children[0]).actions.clone();
+        if next.is_empty() {
+            return Next::Done;
+        }
+        match self.jobs_for(&next).await {
+            Ok(jobs) => Next::Level(next, jobs),
+            Err(s) => Next::Stop(s),
+        }
+    }
+
+    /// Runs levels until a verified path, a budget, or no path is left; returns the run. The
+    /// evaluation of a level and the candidates of the next run while the level's last
+    /// snapshots are still being saved.
     async fn search(&self, root: PathNode) -> Result<AndroidRun, AgentError> {
         let mut run = AndroidRun::default();
         let mut frontier = vec![root];
         let mut level = 0usize;
+        let mut jobs = match self.jobs_for(&frontier).await {
+            Ok(j) => j,
+            Err(s) => return finish(run, Some(s)),
+        };
         let stop = loop {
             level += 1;
             if let Err(e) = self.meter.check_time() {
                 break Some(Stop::Budget(e));
             }
-            // Path Explorer: candidates of every kept path (filter calls run at once).
-            let per_path = futures_util::future::join_all(frontier.iter().map(|node| async {
-                if self.cfg.variant.action_enumeration {
-                    self.explore_candidates(node).await
-                } else {
-                    Ok(self.choose_action(node).await?.into_iter().collect())
+            let n = jobs.len();
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let workers = self.preassess(&frontier, jobs, tx);
+            let evaluation = async {
+                let mut slots: Vec<Option<PathNode>> = vec![None; n];
+                let mut got = 0;
+                while got < n {
+                    let Some((i, child)) = rx.recv().await else {
+                        // A stop ended the level early; evaluate what was assessed.
+                        break;
+                    };
+                    slots[i] = child;
+                    got += 1;
                 }
-            }))
-            .await;
-            let mut jobs = Vec::new();
-            let mut failed = None;
-            for (parent, r) in per_path.into_iter().enumerate() {
-                match r {
-                    Ok(actions) => {
-                        jobs.extend(actions.into_iter().map(|action| Job { parent, action }))
-                    }
-                    Err(s) => {
-                        failed.get_or_insert(s);
-                    }
+                // Paths in job order, whatever the number of replicas.
+                let children: Vec<PathNode> = slots.into_iter().flatten().collect();
+                self.note(
+                    json!({"stage": "level", "level": level, "paths": frontier.len(),
+                    "children": children.len(), "actions_used": self.meter.used()}),
+                );
+                if children.is_empty() {
+                    return (got == n, Next::Done);
                 }
-            }
-            if let Some(s) = failed {
-                break Some(s);
-            }
-            let (children, stopped) = self.preassess(&frontier, jobs).await;
-            let children: Vec<PathNode> = children.into_iter().flatten().collect();
-            self.note(
-                json!({"stage": "level", "level": level, "paths": frontier.len(),
-                "children": children.len(), "actions_used": self.meter.used()}),
-            );
-            if children.is_empty() {
-                break stopped;
-            }
-            // Path Evaluator.
-            let m = self.cfg.second_branch_limit;
-            let paths: Vec<Vec<PathStep>> = children.iter().map(|c| c.steps.clone()).collect();
-            let (sys, user) = prompts::evaluate(&self.objective, &paths, m);
-            let mut llm = self.llm.clone();
-            let answer = match ask(&mut llm, &sys, &user, &[]).await {
-                Ok(a) => a,
-                Err(e) => break Some(e.into()),
+                (got == n, self.decide(level, children, &mut run).await)
             };
-            let eval = prompts::evaluation_of(&answer, children.len(), m);
-            self.note(
-                json!({"stage": "evaluate", "level": level, "complete": eval.complete,
-                "keep": eval.keep}),
-            );
-            if let Some(c) = eval.complete {
-                match self.verify(&children[c]).await {
-                    Ok(true) => {
-                        run.claimed = true;
-                        run.trace = children[c].actions.clone();
-                        run.crash = children[c].screen.crash.clone();
-                        break None;
-                    }
-                    Ok(false) => {}
-                    Err(s) => break Some(s),
+            let (stopped, (complete_level, next)) = tokio::join!(workers, evaluation);
+            match next {
+                Next::Done => break stopped,
+                Next::Stop(s) => break Some(s),
+                Next::Level(_, _) if stopped.is_some() || !complete_level => break stopped,
+                Next::Level(f, j) => {
+                    frontier = f;
+                    jobs = j;
                 }
             }
-            let keep = if eval.keep.is_empty() {
-                (0..children.len().min(m)).collect()
-            } else {
-                eval.keep
-            };
-            let next: Vec<PathNode> = keep
-                .into_iter()
-                .map(|i| children[i].clone())
-                .filter(|c| c.snapshot.is_some())
-                .collect();
-            // The best path so far is what a run that stops now offers.
-            run.trace = children[0].actions.clone();
-            if let Some(best) = next.first() {
-                run.trace = best.actions.clone();
-            }
-            if stopped.is_some() || next.is_empty() {
-                break stopped;
-            }
-            frontier = next;
         };
-        match stop {
-            Some(Stop::Error(e)) => return Err(e),
-            Some(Stop::Budget(b)) => run.exhausted = Some(b),
-            None => {}
-        }
-        Ok(run)
+        finish(run, stop)
     }
+}
+
+/// What follows a level's evaluation.
+enum Next {
+    /// The run ends (a verified path, or nothing left to explore).
+    Done,
+    /// The run stops on a budget or an error.
+    Stop(Stop),
+    /// The kept paths and their candidates.
+    Level(Vec<PathNode>, Vec<Job>),
+}
+
+/// The run, with the budget that stopped it, or the error.
+fn finish(mut run: AndroidRun, stop: Option<Stop>) -> Result<AndroidRun, AgentError> {
+    match stop {
+        Some(Stop::Error(e)) => return Err(e),
+        Some(Stop::Budget(b)) => run.exhausted = Some(b),
+        None => {}
+    }
+    Ok(run)
 }
 
 /// Runs LTGDroid for `report` on `devices` (the first launches the app; all of them restore
