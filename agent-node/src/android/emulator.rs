@@ -16,13 +16,10 @@ use super::adb::console::ConsoleAddress;
 use super::adb::pool::{
     BootStatus, Decision, Emulator, HealthEvent, Pool, PoolConfig, Slot, wait_for_boot,
 };
-use super::agent::{AgentError, AndroidRun, Meter};
-use super::baselines;
+use super::agent::AgentError;
 use super::device::{Action, Crash, Device, DeviceError};
 use super::explore::monkey;
-use super::ltgdroid::{self, Config, Variant};
-use crate::agents::llm_client::GatewayLlm;
-use crate::agents::run::task_budget;
+use super::llm_agents;
 use crate::executor::{
     AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, error_end as error,
 };
@@ -407,9 +404,29 @@ pub async fn run_on_device(
         }
         _ => {
             let hard_stop = budget.mul_f64(1.1) + Duration::from_secs(30);
-            let work = run_llm_agent(gateway, payload, inst, dev, package, artifact_dir);
+            let Some(report) = &inst.report else {
+                return Err(Failure::new(
+                    FailureClass::BadInput,
+                    "bad_input:report",
+                    format!(
+                        "report of `{}` is missing on the node; run `reprobench datasets fetch {}`",
+                        inst.instance_id, payload.dataset
+                    ),
+                ));
+            };
+            // K = 1: snapshots live inside the one emulator, so there are no replicas.
+            let devices: Vec<&dyn Device> = vec![dev];
+            let work = llm_agents::run(
+                gateway,
+                payload,
+                report,
+                inst.bug_type,
+                &devices,
+                package,
+                artifact_dir,
+            );
             let (run, u) = match tokio::time::timeout(hard_stop, work).await {
-                Ok(r) => r?,
+                Ok(r) => r.map_err(|(class, what, msg)| Failure::new(class, what, msg))?,
                 Err(_) => {
                     return Err(Failure::new(
                         FailureClass::Infra,
@@ -456,84 +473,6 @@ pub async fn run_on_device(
         usage,
         details,
     })
-}
-
-/// Runs an LLM agent with a gateway key of its own, as the `sim` executor does; returns the
-/// run (or the agent's error) and the metered usage.
-async fn run_llm_agent(
-    gateway: Option<&Gateway>,
-    payload: &AndroidPayload,
-    inst: &AndroidInstance,
-    dev: &AdbDevice,
-    package: &str,
-    artifact_dir: &Path,
-) -> Result<(Result<AndroidRun, AgentError>, Usage), Failure> {
-    let Some(gateway) = gateway else {
-        return Err(Failure::new(
-            FailureClass::Infra,
-            "no_gateway",
-            "this node runs no LLM gateway, so it cannot run LLM agents".into(),
-        ));
-    };
-    let Some(backbone) = &payload.backbone else {
-        return Err(Failure::new(
-            FailureClass::BadInput,
-            "bad_input:backbone",
-            format!("agent `{}` has no backbone in its task", payload.agent),
-        ));
-    };
-    let Some(report) = &inst.report else {
-        return Err(Failure::new(
-            FailureClass::BadInput,
-            "bad_input:report",
-            format!(
-                "report of `{}` is missing on the node; run `reprobench datasets fetch {}`",
-                inst.instance_id, payload.dataset
-            ),
-        ));
-    };
-    let budget = payload.budget.clone().unwrap_or_default();
-    let task = format!(
-        "{}/{}/{}/{}",
-        payload.instance_id, payload.agent, payload.variant, backbone.name
-    );
-    let key = gateway
-        .open_task(
-            &task,
-            backbone,
-            task_budget(&budget),
-            Some(artifact_dir.join("transcript.jsonl")),
-        )
-        .map_err(|e| Failure::new(FailureClass::BadInput, "bad_input:backbone", e.to_string()))?;
-    let mut llm = GatewayLlm::new(&gateway.base_url(), &key);
-    let meter = Meter::new(
-        payload.max_actions as usize,
-        Duration::from_secs_f64(payload.max_minutes.max(0.0) * 60.0),
-    );
-    let run = match payload.agent.as_str() {
-        "ltgdroid" => match Variant::parse(&payload.variant) {
-            // K = 1: snapshots live inside the one emulator, so there are no replicas.
-            Some(variant) => {
-                let devices: Vec<&dyn Device> = vec![dev];
-                let cfg = Config::paper(variant, inst.bug_type);
-                ltgdroid::run(&llm, &devices, package, report, cfg, &meter).await
-            }
-            None => Err(AgentError::Llm(format!(
-                "ltgdroid has no variant `{}`",
-                payload.variant
-            ))),
-        },
-        "rebl" | "rebl-visual" => {
-            let visual = payload.agent == "rebl-visual";
-            baselines::rebl(&mut llm, dev, package, report, visual, &meter).await
-        }
-        "adbgpt" => baselines::adbgpt(&mut llm, dev, package, report, &meter).await,
-        other => Err(AgentError::Llm(format!(
-            "agent `{other}` is not an android agent the emulator executor runs (monkey, ltgdroid, rebl, rebl-visual, adbgpt)"
-        ))),
-    };
-    let usage = gateway.close_task(&key).unwrap_or_default();
-    Ok((run, usage))
 }
 
 /// The row of `payload`'s instance and the APK it runs on.

@@ -5,18 +5,15 @@
 //! node's gateway with a per-task key; their offered trace is graded by replaying it from app
 //! start on a fresh device of the same app. `ltgdroid` pre-assesses on K replicas.
 
-use super::agent::{AgentError, AndroidRun, Meter};
-use super::baselines;
+use super::agent::AgentError;
 use super::device::Device;
 use super::explore::{TraceOutcome, monkey};
-use super::ltgdroid::{self, Config, Variant};
-use super::sim::{BugKind, Dataset, SimDevice, SimLatency, SimReport, replay};
-use crate::agents::llm_client::GatewayLlm;
-use crate::agents::run::task_budget;
+use super::llm_agents;
+use super::sim::{BugKind, Dataset, SimDevice, SimLatency, replay};
 use crate::executor::{
     AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, bad_input, error_end as error,
 };
-use crate::gateway::{Gateway, Usage};
+use crate::gateway::Gateway;
 use reprobench_proto::android::AndroidPayload;
 use reprobench_proto::android::BugType;
 use reprobench_proto::time::now_ms;
@@ -71,87 +68,6 @@ struct Setup {
     artifacts: PathBuf,
     gateway: Option<Gateway>,
     replicas: usize,
-}
-
-/// What an LLM agent's run left: the run, or why it failed, and the metered usage.
-struct LlmProduct {
-    run: Result<AndroidRun, AgentError>,
-    usage: Usage,
-}
-
-/// Runs an LLM agent with a gateway key of its own; `Err` names a bad setup.
-async fn run_llm_agent(
-    setup: &Setup,
-    payload: &AndroidPayload,
-    report: &SimReport,
-    device: &SimDevice,
-    package: &str,
-    artifact_dir: &std::path::Path,
-) -> Result<LlmProduct, (FailureClass, &'static str, String)> {
-    let Some(gateway) = &setup.gateway else {
-        return Err((
-            FailureClass::Infra,
-            "no_gateway",
-            "this node runs no LLM gateway, so it cannot run LLM agents".into(),
-        ));
-    };
-    let Some(backbone) = &payload.backbone else {
-        return Err((
-            FailureClass::BadInput,
-            "bad_input:backbone",
-            format!("agent `{}` has no backbone in its task", payload.agent),
-        ));
-    };
-    let budget = payload.budget.clone().unwrap_or_default();
-    // Stable across runs, so a replay finds this cell's recordings.
-    let task = format!(
-        "{}/{}/{}/{}",
-        payload.instance_id, payload.agent, payload.variant, backbone.name
-    );
-    let key = gateway
-        .open_task(
-            &task,
-            backbone,
-            task_budget(&budget),
-            Some(artifact_dir.join("transcript.jsonl")),
-        )
-        .map_err(|e| (FailureClass::BadInput, "bad_input:backbone", e.to_string()))?;
-    let mut llm = GatewayLlm::new(&gateway.base_url(), &key);
-    let meter = Meter::new(
-        payload.max_actions as usize,
-        Duration::from_secs_f64(payload.max_minutes.max(0.0) * 60.0),
-    );
-    let android_report = report.android_report();
-    let run = match payload.agent.as_str() {
-        "ltgdroid" => match Variant::parse(&payload.variant) {
-            Some(variant) => {
-                let replicas: Vec<SimDevice> =
-                    (1..setup.replicas).map(|_| device.replica()).collect();
-                let mut devices: Vec<&dyn Device> = vec![device];
-                devices.extend(replicas.iter().map(|d| d as &dyn Device));
-                let bug_type = match report.kind {
-                    BugKind::Crash => BugType::Crash,
-                    BugKind::NonCrash => BugType::NonCrash,
-                };
-                let cfg = Config::paper(variant, bug_type);
-                ltgdroid::run(&llm, &devices, package, &android_report, cfg, &meter).await
-            }
-            None => Err(AgentError::Llm(format!(
-                "ltgdroid has no variant `{}`",
-                payload.variant
-            ))),
-        },
-        "rebl" | "rebl-visual" => {
-            let visual = payload.agent == "rebl-visual";
-            baselines::rebl(&mut llm, device, package, &android_report, visual, &meter).await
-        }
-        "adbgpt" => baselines::adbgpt(&mut llm, device, package, &android_report, &meter).await,
-        other => Err(AgentError::Llm(format!(
-            "agent `{other}` is not an android LLM agent"
-        ))),
-    };
-    let usage = gateway.close_task(&key).unwrap_or_default();
-    Ok(LlmProduct { run, usage })
 }
 
 async fn run(setup: Setup, spec: AttemptSpec) -> AttemptEnd {
@@ -254,8 +170,24 @@ async fn run(setup: Setup, spec: AttemptSpec) -> AttemptEnd {
         _ => {
             // A hard stop a little after the time budget (the meter and the gateway stop at it).
             let hard_stop = budget.mul_f64(1.1) + Duration::from_secs(30);
-            let work = run_llm_agent(&setup, &payload, report, &device, &package, &artifact_dir);
-            let product = match tokio::time::timeout(hard_stop, work).await {
+            let replicas: Vec<SimDevice> = (1..setup.replicas).map(|_| device.replica()).collect();
+            let mut devices: Vec<&dyn Device> = vec![&device];
+            devices.extend(replicas.iter().map(|d| d as &dyn Device));
+            let bug_type = match report.kind {
+                BugKind::Crash => BugType::Crash,
+                BugKind::NonCrash => BugType::NonCrash,
+            };
+            let android_report = report.android_report();
+            let work = llm_agents::run(
+                setup.gateway.as_ref(),
+                &payload,
+                &android_report,
+                bug_type,
+                &devices,
+                &package,
+                &artifact_dir,
+            );
+            let (agent_run, usage) = match tokio::time::timeout(hard_stop, work).await {
                 Ok(Ok(p)) => p,
                 Ok(Err((class, what, msg))) => return error(class, what, msg),
                 Err(_) => {
@@ -266,13 +198,13 @@ async fn run(setup: Setup, spec: AttemptSpec) -> AttemptEnd {
                     );
                 }
             };
-            let u = &product.usage;
+            let u = &usage;
             outcome.llm_calls = u.calls;
             outcome.tokens_in = u.tokens_in;
             outcome.tokens_out = u.tokens_out;
             outcome.tokens_cached = u.tokens_cached;
             outcome.cost_usd = u.cost_usd;
-            let run = match product.run {
+            let run = match agent_run {
                 Ok(run) => run,
                 Err(AgentError::Device(e)) => {
                     return error(FailureClass::Infra, "device", e.to_string());

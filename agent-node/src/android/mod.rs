@@ -8,5 +8,6 @@ pub mod device;
 pub mod emulator;
 pub mod executor;
 pub mod explore;
+pub mod llm_agents;
 pub mod ltgdroid;
 pub mod sim;
