@@ -56,8 +56,9 @@ pub fn attach(
     Ok((att, problems))
 }
 
-/// The directory of a simulator dataset (`android-sim`, or a path to one), if `name` is one.
-pub fn android_sim_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<PathBuf> {
+/// The directory of `name` (a path, or a folder under `datasets_dir`) and its manifest, when it
+/// is an android dataset; the second value says whether it is a simulator suite (it has `apps`).
+fn android_dataset_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<(PathBuf, bool)> {
     let candidate = resolve(base, name);
     let dir = if candidate.is_dir() {
         candidate
@@ -66,21 +67,19 @@ pub fn android_sim_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<P
     };
     let manifest = std::fs::read_to_string(dir.join("manifest.json")).ok()?;
     let v: serde_json::Value = serde_json::from_str(&manifest).ok()?;
-    (v["track"] == "android" && v.get("apps").is_some()).then_some(dir)
+    let sim = v.get("apps").is_some();
+    (v["track"] == "android").then_some((dir, sim))
+}
+
+/// The directory of a simulator dataset (`android-sim`, or a path to one), if `name` is one.
+pub fn android_sim_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<PathBuf> {
+    android_dataset_dir(name, datasets_dir, base).and_then(|(dir, sim)| sim.then_some(dir))
 }
 
 /// The directory of a real-app android dataset (a manifest of track `android` without the
 /// simulator's `apps`, e.g. `android-ltg75`), if `name` is one.
 pub fn android_manifest_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<PathBuf> {
-    let candidate = resolve(base, name);
-    let dir = if candidate.is_dir() {
-        candidate
-    } else {
-        datasets_dir.join(name)
-    };
-    let manifest = std::fs::read_to_string(dir.join("manifest.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&manifest).ok()?;
-    (v["track"] == "android" && v.get("apps").is_none()).then_some(dir)
+    android_dataset_dir(name, datasets_dir, base).and_then(|(dir, sim)| (!sim).then_some(dir))
 }
 
 /// The rows of a real-app android dataset as a sweep attaches them (the node reads the
