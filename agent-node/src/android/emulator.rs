@@ -291,6 +291,8 @@ pub struct Failure {
     pub message: String,
     /// Whether the device's transport failed (the pool hears of it).
     pub device_down: bool,
+    /// LLM usage metered before the failure (charged to the outcome all the same).
+    pub usage: Box<Usage>,
 }
 
 impl Failure {
@@ -300,6 +302,7 @@ impl Failure {
             what,
             message,
             device_down: false,
+            usage: Box::default(),
         }
     }
 }
@@ -311,6 +314,7 @@ impl From<DeviceError> for Failure {
             what: "device",
             device_down: matches!(e, DeviceError::Unavailable(_)),
             message: e.to_string(),
+            usage: Box::default(),
         }
     }
 }
@@ -438,9 +442,13 @@ pub async fn run_on_device(
             usage = u;
             let run = match run {
                 Ok(run) => run,
-                Err(AgentError::Device(e)) => return Err(e.into()),
-                Err(AgentError::Llm(m)) => {
-                    return Err(Failure::new(FailureClass::Infra, "llm_error", m));
+                Err(e) => {
+                    let mut f = match e {
+                        AgentError::Device(e) => Failure::from(e),
+                        AgentError::Llm(m) => Failure::new(FailureClass::Infra, "llm_error", m),
+                    };
+                    f.usage = Box::new(usage);
+                    return Err(f);
                 }
             };
             let _ = std::fs::write(
@@ -615,6 +623,11 @@ fn decision_text(d: Decision) -> &'static str {
 fn failed(f: Failure, started_at_ms: i64, start: Instant) -> AttemptEnd {
     let mut end = error(f.class, f.what, f.message);
     if let AttemptEnd::Finished(o) = &mut end {
+        o.llm_calls = f.usage.calls;
+        o.tokens_in = f.usage.tokens_in;
+        o.tokens_out = f.usage.tokens_out;
+        o.tokens_cached = f.usage.tokens_cached;
+        o.cost_usd = f.usage.cost_usd;
         o.started_at_ms = started_at_ms;
         o.finished_at_ms = now_ms();
         o.wall_s = start.elapsed().as_secs_f64();
