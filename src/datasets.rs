@@ -388,6 +388,17 @@ pub fn ensure_mirrors(ds: &LoadedDataset, repos: &Path) -> Result<()> {
     }
 }
 
+/// Whether a TCP connection to `host:port` opens within 5 s (the offline check of `fetch`).
+fn reachable(host: &str, port: u16) -> Result<(), String> {
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .map_err(|e| e.to_string())?
+        .next()
+        .ok_or_else(|| "no address".to_string())?;
+    std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
 /// The fetch helper, run with the host's python3.
 const FETCH_SCRIPT: &str = include_str!("scripts/fetch_swt.py");
 
@@ -415,14 +426,7 @@ pub async fn fetch(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> 
         );
     };
     let host = "datasets-server.huggingface.co";
-    let reachable = std::net::ToSocketAddrs::to_socket_addrs(&(host, 443))
-        .map_err(|e| e.to_string())
-        .and_then(|mut addrs| addrs.next().ok_or_else(|| "no address".to_string()))
-        .and_then(|addr| {
-            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
-                .map_err(|e| e.to_string())
-        });
-    if let Err(e) = reachable {
+    if let Err(e) = reachable(host, 443) {
         bail!(
             "cannot reach {host} ({e}): this machine looks offline for the Hugging Face datasets API, so `{}` rows of {} cannot be fetched here. \
              Fetch on a connected machine and copy datasets/{name}/instances.jsonl and env.json (and the mirrors) over, or evaluate a rows file with `reprobench eval --dataset ROWS.jsonl --env ENV.json`",
@@ -516,14 +520,7 @@ fn check_github_reachable(base: &str, reports_dir: &Path) -> Result<()> {
         .with_context(|| format!("{GITHUB_API_ENV}=`{base}` is not a URL"))?;
     let host = url.host_str().unwrap_or_default().to_string();
     let port = url.port_or_known_default().unwrap_or(443);
-    let reachable = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), port))
-        .map_err(|e| e.to_string())
-        .and_then(|mut addrs| addrs.next().ok_or_else(|| "no address".to_string()))
-        .and_then(|addr| {
-            std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(5))
-                .map_err(|e| e.to_string())
-        });
-    if let Err(e) = reachable {
+    if let Err(e) = reachable(&host, port) {
         bail!(
             "cannot reach {host}:{port} ({e}): this machine looks offline for the GitHub API ({base}), so the bug reports cannot be fetched here. \
              Fetch them on a connected machine (`reprobench datasets fetch` there) and copy the REPORT_ID.json files into {}, \

@@ -75,6 +75,31 @@ pub fn expand(spec: &SweepSpec, attachments: &Attachments) -> Result<Vec<NewTask
     Ok(tasks)
 }
 
+/// An agent that calls an LLM needs a backbone, and a built-in one runs only its `variants`.
+fn check_llm_agent(
+    spec: &SweepSpec,
+    agent: &AgentSpec,
+    calls_llm: bool,
+    variants: Option<&[&str]>,
+) -> Result<(), ExpandError> {
+    if calls_llm && spec.backbones.is_empty() {
+        return Err(ExpandError(format!(
+            "agent `{}` calls an LLM: add a [[backbones]] entry (any OpenAI-compatible endpoint: name, base_url, model, api_key_env)",
+            agent.name
+        )));
+    }
+    if let Some(valid) = variants
+        && let Some(bad) = agent.variants.iter().find(|v| !valid.contains(&v.as_str()))
+    {
+        return Err(ExpandError(format!(
+            "agent `{}` has no variant `{bad}`; its variants are {}",
+            agent.name,
+            valid.join(", ")
+        )));
+    }
+    Ok(())
+}
+
 fn expand_android(
     spec: &SweepSpec,
     dataset: &str,
@@ -104,19 +129,7 @@ fn expand_android(
             )));
         }
         if let Some(valid) = llm_variants {
-            if spec.backbones.is_empty() {
-                return Err(ExpandError(format!(
-                    "agent `{}` calls an LLM: add a [[backbones]] entry (any OpenAI-compatible endpoint: name, base_url, model, api_key_env)",
-                    agent.name
-                )));
-            }
-            if let Some(bad) = agent.variants.iter().find(|v| !valid.contains(&v.as_str())) {
-                return Err(ExpandError(format!(
-                    "agent `{}` has no variant `{bad}`; its variants are {}",
-                    agent.name,
-                    valid.join(", ")
-                )));
-            }
+            check_llm_agent(spec, agent, true, Some(valid))?;
         }
         for variant in &agent.variants {
             for backbone in backbones {
@@ -193,23 +206,10 @@ fn expand_swt(
         let predictions = swt_predictions(agent, attachments)?;
         let runs_llm =
             predictions.is_none() && !matches!(agent.name.as_str(), "gold" | "issue-snippet");
-        if runs_llm && spec.backbones.is_empty() {
-            return Err(ExpandError(format!(
-                "agent `{}` calls an LLM: add a [[backbones]] entry (any OpenAI-compatible endpoint: name, base_url, model, api_key_env)",
-                agent.name
-            )));
-        }
-        if let Some(valid) = swt::llm_agent_variants(&agent.name)
-            && agent.command.is_none()
-            && agent.image.is_none()
-            && let Some(bad) = agent.variants.iter().find(|v| !valid.contains(&v.as_str()))
-        {
-            return Err(ExpandError(format!(
-                "agent `{}` has no variant `{bad}`; its variants are {}",
-                agent.name,
-                valid.join(", ")
-            )));
-        }
+        // Built-in agents have fixed variants; commands and images name their own.
+        let builtin = swt::llm_agent_variants(&agent.name)
+            .filter(|_| agent.command.is_none() && agent.image.is_none());
+        check_llm_agent(spec, agent, runs_llm, builtin)?;
         for variant in &agent.variants {
             for backbone in backbones {
                 let backbone_spec = spec.backbones.iter().find(|b| &b.name == backbone);

@@ -226,21 +226,8 @@ pub fn load_android_dataset(
     datasets_dir: &Path,
     reports_dir: Option<&Path>,
 ) -> Result<LoadedAndroidDataset, String> {
+    let dir = crate::swt::dataset_location(name_or_path, datasets_dir, "android dataset")?;
     let as_path = Path::new(name_or_path);
-    let dir = if as_path.is_dir() {
-        Some(as_path.to_path_buf())
-    } else if as_path.is_file() {
-        None
-    } else {
-        let d = datasets_dir.join(name_or_path);
-        if !d.join("manifest.json").is_file() {
-            return Err(format!(
-                "unknown android dataset `{name_or_path}`: no file of that name and no {}/manifest.json; `reprobench datasets list` shows the known ones",
-                d.display()
-            ));
-        }
-        Some(d)
-    };
     if let Some(r) = reports_dir
         && !r.is_dir()
     {

@@ -602,6 +602,31 @@ pub fn default_datasets_dir() -> std::path::PathBuf {
     cwd
 }
 
+/// Where a dataset named `name_or_path` is: `Some(dir)` for a directory (given, or under
+/// `datasets_dir` with a manifest), `None` for a rows file; an error naming the `kind` of
+/// dataset when it is neither.
+pub fn dataset_location(
+    name_or_path: &str,
+    datasets_dir: &Path,
+    kind: &str,
+) -> Result<Option<std::path::PathBuf>, String> {
+    let as_path = Path::new(name_or_path);
+    if as_path.is_dir() {
+        return Ok(Some(as_path.to_path_buf()));
+    }
+    if as_path.is_file() {
+        return Ok(None);
+    }
+    let d = datasets_dir.join(name_or_path);
+    if !d.join("manifest.json").is_file() {
+        return Err(format!(
+            "unknown {kind} `{name_or_path}`: no file of that name and no {}/manifest.json; `reprobench datasets list` shows the known ones",
+            d.display()
+        ));
+    }
+    Ok(Some(d))
+}
+
 /// Loads a dataset by name (a directory under `datasets_dir` with a manifest), by directory, or
 /// from a JSON/JSONL rows file (with `env_file` for rows that carry no inline `env`).
 pub fn load_dataset(
@@ -609,21 +634,8 @@ pub fn load_dataset(
     datasets_dir: &Path,
     env_file: Option<&Path>,
 ) -> Result<LoadedDataset, String> {
+    let dir = dataset_location(name_or_path, datasets_dir, "dataset")?;
     let as_path = Path::new(name_or_path);
-    let dir = if as_path.is_dir() {
-        Some(as_path.to_path_buf())
-    } else if as_path.is_file() {
-        None
-    } else {
-        let d = datasets_dir.join(name_or_path);
-        if !d.join("manifest.json").is_file() {
-            return Err(format!(
-                "unknown dataset `{name_or_path}`: no file of that name and no {}/manifest.json; `reprobench datasets list` shows the known ones",
-                d.display()
-            ));
-        }
-        Some(d)
-    };
     let (name, rows_path, env_path, manifest) = match &dir {
         Some(d) => {
             let mpath = d.join("manifest.json");

@@ -19,15 +19,16 @@ use reprobench_proto::android::BugType;
 use reprobench_proto::time::now_ms;
 use reprobench_proto::v1::{FailureClass, Outcome};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Device replicas `ltgdroid` pre-assesses on, unless configured otherwise.
 pub const DEFAULT_PREASSESS_REPLICAS: usize = 4;
 
 /// Runs android tasks on simulated devices.
+#[derive(Clone)]
 pub struct SimExecutor {
-    datasets: Arc<std::collections::BTreeMap<String, PathBuf>>,
+    /// The `android-sim` suite.
+    sim_dir: PathBuf,
     latency: SimLatency,
     artifacts: PathBuf,
     gateway: Option<Gateway>,
@@ -39,7 +40,7 @@ impl SimExecutor {
     /// by `latency_scale` (0: instant), and writes each attempt's trace under `artifacts`.
     pub fn new(sim_dir: PathBuf, latency_scale: f64, artifacts: PathBuf) -> SimExecutor {
         SimExecutor {
-            datasets: Arc::new([("android-sim".to_string(), sim_dir)].into()),
+            sim_dir,
             latency: SimLatency::default().scaled(latency_scale),
             artifacts,
             gateway: None,
@@ -60,17 +61,7 @@ impl SimExecutor {
     }
 }
 
-/// What the executor needs to run one task.
-#[derive(Clone)]
-struct Setup {
-    datasets: Arc<std::collections::BTreeMap<String, PathBuf>>,
-    latency: SimLatency,
-    artifacts: PathBuf,
-    gateway: Option<Gateway>,
-    replicas: usize,
-}
-
-async fn run(setup: Setup, spec: AttemptSpec) -> AttemptEnd {
+async fn run(setup: SimExecutor, spec: AttemptSpec) -> AttemptEnd {
     let started_at_ms = now_ms();
     let start = Instant::now();
     let payload: AndroidPayload = match serde_json::from_str(&spec.payload_json) {
@@ -88,7 +79,8 @@ async fn run(setup: Setup, spec: AttemptSpec) -> AttemptEnd {
     // A suite by name, or by an absolute path the node can read (a custom sim suite).
     let by_path = Some(PathBuf::from(&payload.dataset))
         .filter(|p| p.is_absolute() && p.join("manifest.json").is_file());
-    let Some(dir) = setup.datasets.get(&payload.dataset).cloned().or(by_path) else {
+    let by_name = (payload.dataset == "android-sim").then(|| setup.sim_dir.clone());
+    let Some(dir) = by_name.or(by_path) else {
         return error(
             FailureClass::BadInput,
             "bad_input:dataset",
@@ -275,13 +267,7 @@ impl Executor for SimExecutor {
     }
 
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
-        let setup = Setup {
-            datasets: self.datasets.clone(),
-            latency: self.latency,
-            artifacts: self.artifacts.clone(),
-            gateway: self.gateway.clone(),
-            replicas: self.replicas,
-        };
+        let setup = self.clone();
         Box::pin(async move {
             tokio::select! {
                 end = run(setup, spec) => end,

@@ -3,26 +3,48 @@
 //! starts from the same list.
 
 use super::device::{Action, Crash, Device, DeviceError, Direction, Hierarchy, Key, WidgetRef};
+use reprobench_proto::synthetic::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 /// Text typed into fields by agents that have no text of their own to type.
 pub const DEFAULT_INPUT: &str = "test";
 
-/// Every action the screen offers: clicks and long-clicks on enabled widgets that accept them,
-/// text input into fields, swipes on scrollable widgets, Back and rotation.
-pub fn enumerate_actions(h: &Hierarchy) -> Vec<Action> {
+/// Which actions an enumeration offers beyond each widget's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActionRules {
+    /// Text fields get a click too when clickable (not only text input).
+    pub click_text_fields: bool,
+    /// Swipe directions offered on scrollable widgets.
+    pub swipes: &'static [Direction],
+    /// Keys pressed on any screen.
+    pub keys: &'static [Key],
+}
+
+/// `monkey`'s rules: swipes up and down, Back.
+pub const MONKEY_RULES: ActionRules = ActionRules {
+    click_text_fields: false,
+    swipes: &[Direction::Up, Direction::Down],
+    keys: &[Key::Back],
+};
+
+/// Every action the screen offers under `rules`: per enabled widget, text input into fields,
+/// clicks and long-clicks as the widget allows, swipes on scrollable widgets; then the keys and
+/// rotation.
+pub fn enumerate_with(h: &Hierarchy, rules: &ActionRules) -> Vec<Action> {
     let mut out = Vec::new();
     for w in h.widgets() {
         if !w.enabled {
             continue;
         }
         let target = WidgetRef::of(w);
-        if w.is_text_field() {
+        let field = w.is_text_field();
+        if field {
             out.push(Action::InputText {
                 target: target.clone(),
                 text: DEFAULT_INPUT.into(),
             });
-        } else if w.clickable || w.checkable {
+        }
+        if (w.clickable || w.checkable) && (!field || rules.click_text_fields) {
             out.push(Action::Click {
                 target: target.clone(),
             });
@@ -33,7 +55,7 @@ pub fn enumerate_actions(h: &Hierarchy) -> Vec<Action> {
             });
         }
         if w.scrollable {
-            for direction in [Direction::Up, Direction::Down] {
+            for &direction in rules.swipes {
                 out.push(Action::Swipe {
                     direction,
                     target: Some(target.clone()),
@@ -41,34 +63,21 @@ pub fn enumerate_actions(h: &Hierarchy) -> Vec<Action> {
             }
         }
     }
-    out.push(Action::Press { key: Key::Back });
+    out.extend(rules.keys.iter().map(|&key| Action::Press { key }));
     out.push(Action::Rotate);
     out
 }
 
-/// SplitMix64: the seeded generator `monkey` draws from.
-#[derive(Debug, Clone)]
-pub struct SplitMix64(u64);
+/// Every action the screen offers under [`MONKEY_RULES`]: clicks and long-clicks on enabled
+/// widgets that accept them, text input into fields, swipes on scrollable widgets, Back and
+/// rotation.
+pub fn enumerate_actions(h: &Hierarchy) -> Vec<Action> {
+    enumerate_with(h, &MONKEY_RULES)
+}
 
-impl SplitMix64 {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(seed)
-    }
-
-    /// The next number.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number below `n` (`n > 0`).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
+/// A number below `n` (`n > 0`) from the seeded generator `monkey` draws from.
+fn below(rng: &mut SplitMix64, n: usize) -> usize {
+    (rng.next_u64() % n as u64) as usize
 }
 
 /// What a run on a device did.
@@ -105,7 +114,7 @@ pub async fn monkey(
             continue;
         }
         let actions = enumerate_actions(&h);
-        let action = actions[rng.below(actions.len())].clone();
+        let action = actions[below(&mut rng, actions.len())].clone();
         match dev.act(&action).await {
             Ok(()) => out.trace.push(action),
             // A widget gone between the dump and the act: draw again.

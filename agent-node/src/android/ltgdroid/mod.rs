@@ -23,6 +23,7 @@ use super::agent::{
 use super::device::{
     Action, Crash, Device, DeviceError, Direction, Hierarchy, Key, Widget, WidgetRef,
 };
+use super::explore::{ActionRules, enumerate_with};
 use crate::agents::{Llm, LlmError};
 use prompts::{PathStep, ScreenText};
 use reprobench_proto::android::{AndroidReport, BugType};
@@ -108,50 +109,23 @@ impl Config {
     }
 }
 
-/// Every action LTGDroid considers on a screen: per enabled widget, text input (and a click when
-/// clickable) for text fields, click and long-click as the widget allows, swipes in four
-/// directions on scrollable widgets; then the global actions (back, enter, rotate).
+/// LTGDroid's enumeration: text fields get input (and a click when clickable), widgets click
+/// and long-click as they allow, scrollable widgets swipe in four directions; then back, enter
+/// and rotation.
+pub const LTGDROID_RULES: ActionRules = ActionRules {
+    click_text_fields: true,
+    swipes: &[
+        Direction::Up,
+        Direction::Down,
+        Direction::Left,
+        Direction::Right,
+    ],
+    keys: &[Key::Back, Key::Enter],
+};
+
+/// Every action LTGDroid considers on a screen (see [`LTGDROID_RULES`]).
 pub fn candidate_actions(h: &Hierarchy) -> Vec<Action> {
-    let mut out = Vec::new();
-    for w in h.widgets() {
-        if !w.enabled {
-            continue;
-        }
-        let target = WidgetRef::of(w);
-        if w.is_text_field() {
-            out.push(Action::InputText {
-                target: target.clone(),
-                text: super::explore::DEFAULT_INPUT.into(),
-            });
-        }
-        if w.clickable || w.checkable {
-            out.push(Action::Click {
-                target: target.clone(),
-            });
-        }
-        if w.long_clickable {
-            out.push(Action::LongClick {
-                target: target.clone(),
-            });
-        }
-        if w.scrollable {
-            for direction in [
-                Direction::Up,
-                Direction::Down,
-                Direction::Left,
-                Direction::Right,
-            ] {
-                out.push(Action::Swipe {
-                    direction,
-                    target: Some(target.clone()),
-                });
-            }
-        }
-    }
-    out.push(Action::Press { key: Key::Back });
-    out.push(Action::Press { key: Key::Enter });
-    out.push(Action::Rotate);
-    out
+    enumerate_with(h, &LTGDROID_RULES)
 }
 
 /// A screen as captured after an action.
@@ -631,30 +605,23 @@ pub async fn run<L: Llm + Clone + Sync>(
         )));
     };
     let report = report_text(report);
-    let explorer_log = Mutex::new(Vec::new());
-    let mut analyzer = llm.clone();
+    let mut analyzed = None;
     let objective = if cfg.variant.report_analyzer {
         let (sys, user) = prompts::analyze(&report);
-        match ask(&mut analyzer, &sys, &user, &[]).await {
-            Ok(answer) => {
-                let spec = prompts::specification_of(&answer);
-                explorer_log
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(json!({"stage": "analyze", "readable": spec.is_some()}));
-                spec.unwrap_or_else(|| prompts::raw_objective(&report))
-            }
-            Err(LlmError::Budget(_)) => {
-                return Ok(AndroidRun {
-                    exhausted: Some(Exhausted::Llm),
-                    ..AndroidRun::default()
-                });
-            }
-            Err(LlmError::Failed(m)) => return Err(AgentError::Llm(m)),
-        }
+        let answer = match ask(&mut llm.clone(), &sys, &user, &[]).await {
+            Ok(a) => a,
+            Err(e) => return finish(AndroidRun::default(), Some(e.into())),
+        };
+        let spec = prompts::specification_of(&answer);
+        analyzed = Some(json!({"stage": "analyze", "readable": spec.is_some()}));
+        spec.unwrap_or_else(|| prompts::raw_objective(&report))
     } else {
         prompts::raw_objective(&report)
     };
+    let log = std::iter::once(json!({"stage": "objective", "text": objective,
+        "replicas": devices.len()}))
+    .chain(analyzed)
+    .collect();
     primary.launch(package).await?;
     let screen = capture(*primary).await?;
     let explorer = Explorer {
@@ -664,7 +631,7 @@ pub async fn run<L: Llm + Clone + Sync>(
         meter,
         objective,
         snapshots: AtomicUsize::new(0),
-        log: explorer_log,
+        log: Mutex::new(log),
     };
     let root_snapshot = explorer.next_snapshot();
     primary.save_snapshot(&root_snapshot).await?;
@@ -677,10 +644,6 @@ pub async fn run<L: Llm + Clone + Sync>(
     let mut run = explorer.search(root).await?;
     run.actions_executed = meter.used();
     run.log = explorer.log.into_inner().unwrap_or_else(|e| e.into_inner());
-    run.log.insert(
-        0,
-        json!({"stage": "objective", "text": explorer.objective, "replicas": devices.len()}),
-    );
     Ok(run)
 }
 
