@@ -2,7 +2,8 @@
 //! and `reprobench datasets list|show|validate|prepare|fetch`.
 
 use anyhow::{Context, Result, bail};
-use reprobench_agent_node::swt::{logparse, mirror, patch};
+use reprobench_agent_node::swt::grading::Family;
+use reprobench_agent_node::swt::{evaluate, mirror, patch};
 use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
 use reprobench_proto::sweep::SweepSpec;
 use reprobench_proto::swt::{self, LoadedDataset, Prediction, RowError};
@@ -278,11 +279,11 @@ pub fn show(name: &str, datasets_dir: &Path, env: Option<&Path>) -> Result<()> {
 fn instance_problems(i: &swt::SwtInstance) -> Vec<String> {
     let mut out = Vec::new();
     let env = i.env.as_ref().expect("load_dataset fills env");
-    if logparse::parser_for(&env.log_parser).is_none() {
+    if evaluate::parser_for(&i.repo, &env.log_parser).is_none() {
         out.push(format!(
             "log parser `{}` is unknown (known: {})",
             env.log_parser,
-            logparse::parser_names().join(", ")
+            Family::names().join(", ")
         ));
     }
     if i.base_commit.len() != 40 || !i.base_commit.chars().all(|c| c.is_ascii_hexdigit()) {

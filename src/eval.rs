@@ -2,10 +2,11 @@
 //! cluster, with SWT-bench semantics, and write SWT-bench-style reports.
 
 use crate::client::{Finished, Interrupted, LocalNodes, run_local, submit_and_wait};
-use crate::{SwtNodeArgs, Target, datasets};
+use crate::{SwtNodeArgs, Target, datasets, grade};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
+use reprobench_proto::grading::{GradingSettings, Rules};
 use reprobench_proto::kind::SlotSpec;
 use reprobench_proto::sweep::{AgentSpec, EvalSettings, SweepSpec};
 use reprobench_proto::swt::{self, Prediction, RowError};
@@ -38,6 +39,14 @@ pub struct EvalArgs {
     /// Seconds per execution before its process tree is killed.
     #[arg(long, default_value_t = 1800)]
     timeout_s: u64,
+    /// Version of SWT-bench's rules: swt-bench-2025-09 (its code today), or swt-bench-2024 (before
+    /// its commit 0816600 of 2025-09-11; the rules of results published before it).
+    #[arg(long, value_name = "RULES", default_value_t = Rules::default())]
+    rules: Rules,
+    /// Let reprobench's suspicious findings change verdicts: passes of a run that exited non-zero
+    /// count as failures, and any other finding leaves the instance unresolved.
+    #[arg(long)]
+    strict: bool,
     /// Start an embedded coordinator and N node processes on this machine.
     #[arg(long, value_name = "N", conflicts_with = "coordinator")]
     local_nodes: Option<u32>,
@@ -87,11 +96,13 @@ pub async fn auto_executor(node: &SwtNodeArgs, quiet: bool) -> String {
     }
 }
 
-/// SWT-bench's run summary, plus F→P, F→X, P→P and applicability counts.
+/// SWT-bench's run summary, plus F→P, F→X, P→P, applicability and suspicious counts and the
+/// rules that graded it.
 pub fn summary(
     rows: &[reprobench_proto::v1::ResultRow],
     total: usize,
     unusable: &[RowError],
+    grading: GradingSettings,
 ) -> serde_json::Value {
     let mut ids: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
@@ -115,6 +126,11 @@ pub fn summary(
                 *counts.entry(key).or_default() += 1;
             }
         }
+        if d["suspicious"].as_array().is_some_and(|s| !s.is_empty()) {
+            ids.entry("suspicious_ids")
+                .or_default()
+                .push(r.instance_id.clone());
+        }
     }
     for e in unusable {
         ids.entry("error_ids")
@@ -133,27 +149,26 @@ pub fn summary(
         "f2p_instances": counts.get("f2p").copied().unwrap_or(0),
         "f2x_instances": counts.get("f2x").copied().unwrap_or(0),
         "p2p_instances": counts.get("p2p").copied().unwrap_or(0),
+        "suspicious_instances": n("suspicious_ids"),
+        "rules": grading.rules.name(),
+        "strict": grading.strict,
         "completed_ids": list("completed_ids"),
         "resolved_ids": list("resolved_ids"),
         "unresolved_ids": list("unresolved_ids"),
         "error_ids": list("error_ids"),
+        "suspicious_ids": list("suspicious_ids"),
     })
 }
 
-/// Writes `INSTANCE/report.json` per result, `summary.json` and `results.jsonl`.
-fn write_reports(dir: &Path, done: &Finished, summary: &serde_json::Value) -> Result<()> {
+/// Writes `results.jsonl` and `summary.json` into `dir`.
+pub fn write_summary_files(
+    dir: &Path,
+    rows: &[reprobench_proto::v1::ResultRow],
+    summary: &serde_json::Value,
+) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut jsonl = String::new();
-    for r in &done.rows {
-        let d = dir.join(&r.instance_id);
-        std::fs::create_dir_all(&d)?;
-        let mut report: serde_json::Value =
-            serde_json::from_str(&r.details_json).unwrap_or_else(|_| serde_json::json!({}));
-        report["verdict"] = r.verdict.clone().into();
-        if let Some(c) = &r.error_class {
-            report["error_class"] = c.clone().into();
-        }
-        std::fs::write(d.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+    for r in rows {
         jsonl.push_str(&serde_json::to_string(r)?);
         jsonl.push('\n');
     }
@@ -163,6 +178,30 @@ fn write_reports(dir: &Path, done: &Finished, summary: &serde_json::Value) -> Re
         serde_json::to_vec_pretty(summary)?,
     )?;
     Ok(())
+}
+
+/// Writes `INSTANCE/report.json` per result (with the six logs and `case.json` beside it),
+/// `summary.json` and `results.jsonl`.
+fn write_reports(dir: &Path, done: &Finished, summary: &serde_json::Value) -> Result<()> {
+    let one_cell = grade::one_cell(&done.rows);
+    for r in &done.rows {
+        let mut report: serde_json::Value =
+            serde_json::from_str(&r.details_json).unwrap_or_else(|_| serde_json::json!({}));
+        report["verdict"] = r.verdict.clone().into();
+        if let Some(c) = &r.error_class {
+            report["error_class"] = c.clone().into();
+        }
+        if let Some(m) = &r.error_message {
+            report["message"] = m.clone().into();
+        }
+        let artifacts = (!r.artifact_path.is_empty()).then(|| Path::new(&r.artifact_path));
+        grade::write_instance_report(
+            &dir.join(grade::report_dir_name(r, one_cell)),
+            &report,
+            artifacts,
+        )?;
+    }
+    write_summary_files(dir, &done.rows, summary)
 }
 
 /// Reads a predictions file: usable predictions for known instances, and problems with the rest.
@@ -294,6 +333,8 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
         eval: EvalSettings {
             executor: executor.clone(),
             timeout_s: a.timeout_s,
+            rules: a.rules,
+            strict: a.strict,
             ..EvalSettings::default()
         },
     };
@@ -329,7 +370,11 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
             }
         })?
     };
-    let summary = summary(&done.rows, total, &problems);
+    let grading = GradingSettings {
+        rules: a.rules,
+        strict: a.strict,
+    };
+    let summary = summary(&done.rows, total, &problems, grading);
     let out = a
         .out
         .clone()
@@ -351,6 +396,9 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
                 "f2x": n("f2x_instances"),
                 "p2p": n("p2p_instances"),
                 "errors": n("error_instances"),
+                "suspicious": n("suspicious_instances"),
+                "rules": a.rules.name(),
+                "strict": a.strict,
                 "resumed": done.resumed,
                 "wall_s": done.elapsed.as_secs_f64(),
                 "reports": out.display().to_string(),
@@ -365,8 +413,13 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
             }
         };
         println!(
-            "{} on {} ({} executor, run {}): {total} instances",
-            spec.agents[0].name, ds.name, executor, done.summary.run_id
+            "{} on {} ({} executor, run {}, rules {}{}): {total} instances",
+            spec.agents[0].name,
+            ds.name,
+            executor,
+            done.summary.run_id,
+            a.rules.name(),
+            if a.strict { ", strict" } else { "" }
         );
         for (label, key) in [
             ("resolved (S)", "resolved_instances"),
@@ -375,6 +428,7 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
             ("F→P", "f2p_instances"),
             ("P→P", "p2p_instances"),
             ("errors", "error_instances"),
+            ("suspicious", "suspicious_instances"),
         ] {
             println!("  {label:<15} {:>5}  {:>6.2}%", n(key), pct(key));
         }

@@ -6,6 +6,7 @@ mod client;
 mod datasets;
 mod eval;
 mod gateway_cmd;
+mod grade;
 mod local;
 mod review;
 
@@ -54,6 +55,9 @@ enum Command {
     Results(ResultsArgs),
     /// Evaluate predictions (or gold test patches) on an SWT dataset, SWT-bench style, over the cluster.
     Eval(eval::EvalArgs),
+    /// Grade instances from their six execution logs as SWT-bench does, with no execution; or
+    /// regrade a finished run from the logs it kept (--run).
+    Grade(grade::GradeArgs),
     /// List, inspect, check, prepare or fetch datasets.
     Datasets(DatasetsArgs),
     /// Build the images the docker executor needs, without any registry.
@@ -289,6 +293,9 @@ struct TablesArgs {
     /// Row whose relative improvement over every other row is printed, (ref − other) / other.
     #[arg(long, value_name = "NAME")]
     reference: Option<String>,
+    /// Tabulate results graded under different versions of SWT-bench's rules (refused otherwise).
+    #[arg(long)]
+    mixed_rules: bool,
 }
 
 #[derive(Args)]
@@ -302,6 +309,9 @@ struct CompareArgs {
     /// Largest tolerated drop in success rate, in percentage points.
     #[arg(long, value_name = "PP", default_value_t = 0.0)]
     max_drop: f64,
+    /// Compare results graded under different versions of SWT-bench's rules (refused otherwise).
+    #[arg(long)]
+    mixed_rules: bool,
 }
 
 #[derive(Args)]
@@ -335,6 +345,10 @@ enum ImportWhat {
         /// Output (JSONL; `.parquet` writes Parquet).
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
+        /// The SWT-bench rules the report was graded under (swt-bench-2024 for results published
+        /// before 2025-09-11), recorded on every row so tables do not mix versions.
+        #[arg(long, value_name = "RULES")]
+        rules: Option<reprobench_proto::grading::Rules>,
     },
 }
 
@@ -626,6 +640,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
         Command::Cancel(a) => client::cancel(a).await?,
         Command::Results(a) => client::results(a).await?,
         Command::Eval(a) => return eval::eval(a).await,
+        Command::Grade(a) => return grade::grade(a),
         Command::Datasets(a) => return datasets_command(a).await,
         Command::Images(a) => images_command(a).await?,
         Command::Tables(a) => tables_command(a)?,
@@ -761,6 +776,8 @@ fn tables_command(a: TablesArgs) -> Result<()> {
     } else {
         frame::load(&a.results).map_err(anyhow::Error::msg)?
     };
+    reprobench_analysis::check_rules(df.column("rules")?.str()?.iter(), a.mixed_rules)
+        .map_err(anyhow::Error::msg)?;
     let opts = tables::TableOptions {
         reference: a.reference,
         published,
@@ -787,6 +804,11 @@ fn compare_command(a: CompareArgs) -> Result<std::process::ExitCode> {
     use reprobench_analysis::{frame, regression};
     let new = frame::load_rows(&[&a.results]).map_err(anyhow::Error::msg)?;
     let old = frame::load_rows(&[&a.baseline]).map_err(anyhow::Error::msg)?;
+    reprobench_analysis::check_rules(
+        new.iter().chain(&old).map(|r| r.rules.as_deref()),
+        a.mixed_rules,
+    )
+    .map_err(anyhow::Error::msg)?;
     let c = regression::compare(&new, &old, a.max_drop);
     print!("{}", regression::render_comparison(&c));
     if c.paired == 0 {
@@ -883,13 +905,19 @@ fn import_command(a: ImportArgs) -> Result<()> {
         agent,
         dataset,
         out,
+        rules,
     } = a.what;
     let text = std::fs::read_to_string(&file)
         .with_context(|| format!("cannot read {}", file.display()))?;
     let json: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))?;
-    let rows = reprobench_analysis::import::import_swebench_report(&json, &agent, &dataset)
+    let mut rows = reprobench_analysis::import::import_swebench_report(&json, &agent, &dataset)
         .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    if let Some(r) = rules {
+        for row in &mut rows {
+            row.rules = Some(r.name().to_string());
+        }
+    }
     let f =
         std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
     if out.extension().is_some_and(|e| e == "parquet") {

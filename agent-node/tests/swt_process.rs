@@ -54,6 +54,7 @@ async fn evaluate(f: &Fixture, inst: &SwtInstance, agent: SwtAgent, timeout_s: u
             pids: 256,
             disk_mb: 512,
         },
+        grading: Default::default(),
     };
     let spec = AttemptSpec {
         attempt: AttemptRef {

@@ -21,6 +21,8 @@ pub const COLUMNS: &[&str] = &[
     "success",
     "verdict",
     "error_class",
+    "error_message",
+    "rules",
     "attempts",
     "llm_calls",
     "tokens_in",
@@ -38,6 +40,9 @@ pub const COLUMNS: &[&str] = &[
     "node_id",
     "artifact_path",
 ];
+
+/// Columns added after the first release; files without them read them as nulls.
+const LATER_COLUMNS: &[&str] = &["error_message", "rules"];
 
 /// Result rows as a DataFrame with the schema's column names and types.
 pub fn to_frame(rows: &[ResultRow]) -> PolarsResult<DataFrame> {
@@ -83,6 +88,8 @@ pub fn to_frame(rows: &[ResultRow]) -> PolarsResult<DataFrame> {
         ),
         text("verdict", rows, |r| &r.verdict),
         opt_text("error_class", rows, |r| r.error_class.as_deref()),
+        opt_text("error_message", rows, |r| r.error_message.as_deref()),
+        opt_text("rules", rows, |r| r.rules.as_deref()),
         Column::new(
             "attempts".into(),
             rows.iter().map(|r| r.attempts).collect::<Vec<u32>>(),
@@ -120,9 +127,20 @@ pub fn load(paths: &[impl AsRef<Path>]) -> Result<DataFrame, String> {
         let df = if p.extension().is_some_and(|e| e == "parquet") {
             let file =
                 std::fs::File::open(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            let df = ParquetReader::new(file)
+            let mut df = ParquetReader::new(file)
                 .finish()
                 .map_err(|e| format!("{}: not a readable Parquet file: {e}", p.display()))?;
+            // Columns added to the schema later are null in files written before them.
+            for c in LATER_COLUMNS {
+                if df.column(c).is_err() {
+                    df.with_column(Column::full_null(
+                        (*c).into(),
+                        df.height(),
+                        &DataType::String,
+                    ))
+                    .map_err(|e| e.to_string())?;
+                }
+            }
             for c in COLUMNS {
                 if df.column(c).is_err() {
                     return Err(format!(
@@ -242,6 +260,7 @@ pub fn to_rows(df: &DataFrame) -> PolarsResult<Vec<ResultRow>> {
         s("verdict")?,
         os("error_class")?,
     );
+    let (error_message, rules) = (os("error_message")?, os("rules")?);
     let (repeat, attempts, llm_calls, t_in, t_out, t_cached) = (
         u("repeat")?,
         u("attempts")?,
@@ -285,6 +304,8 @@ pub fn to_rows(df: &DataFrame) -> PolarsResult<Vec<ResultRow>> {
             success: success[i].unwrap_or(false),
             verdict: verdict[i].clone(),
             error_class: error_class[i].clone(),
+            error_message: error_message[i].clone(),
+            rules: rules[i].clone(),
             attempts: n32(attempts[i]).unwrap_or(0),
             llm_calls: llm_calls[i].unwrap_or(0),
             tokens_in: t_in[i].unwrap_or(0),

@@ -13,7 +13,23 @@ pub mod table;
 pub mod tables;
 
 use reprobench_proto::v1::ResultRow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Refuses results graded under more than one version of SWT-bench's rules: their rates are not
+/// comparable. Rows that record no rules (android, imported without `--rules`) never conflict.
+pub fn check_rules<'a>(
+    versions: impl IntoIterator<Item = Option<&'a str>>,
+    mixed_allowed: bool,
+) -> Result<(), String> {
+    let seen: BTreeSet<&str> = versions.into_iter().flatten().collect();
+    if seen.len() > 1 && !mixed_allowed {
+        return Err(format!(
+            "these results were graded under different rules ({}); their figures are not comparable. Regrade with `reprobench grade --run RUN --rules R`, or pass --mixed-rules to put them side by side anyway",
+            seen.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(())
+}
 
 /// One line of the summary: a (dataset, agent, variant, backbone) cell.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,6 +167,29 @@ pub fn render_summary(rows: &[SummaryRow]) -> String {
         out.push('\n');
     }
     out
+}
+
+#[cfg(test)]
+mod rules_tests {
+    use super::check_rules;
+
+    #[test]
+    fn mixed_rules_are_refused_unless_allowed() {
+        assert!(
+            check_rules(
+                [Some("swt-bench-2024"), None, Some("swt-bench-2024")],
+                false
+            )
+            .is_ok()
+        );
+        let e =
+            check_rules([Some("swt-bench-2024"), Some("swt-bench-2025-09")], false).unwrap_err();
+        assert!(
+            e.contains("--mixed-rules") && e.contains("swt-bench-2024"),
+            "{e}"
+        );
+        assert!(check_rules([Some("swt-bench-2024"), Some("swt-bench-2025-09")], true).is_ok());
+    }
 }
 
 #[cfg(test)]

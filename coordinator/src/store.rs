@@ -679,7 +679,8 @@ impl Store {
                 "SELECT r.run_id, u.name, t.track, t.dataset, t.instance_id, t.repo_or_app, t.bug_type, t.agent, t.variant, t.backbone, t.repeat,
                         r.success, r.verdict, r.error_class, r.epoch, r.llm_calls, r.tokens_in, r.tokens_out, r.tokens_cached, r.cost_usd, r.wall_s,
                         r.actions, r.trace_len, t.ground_truth_actions, r.feedback_iterations, r.localized_files_correct,
-                        r.started_at_ms, r.finished_at_ms, r.node_id, r.artifact_path, r.details
+                        r.started_at_ms, r.finished_at_ms, r.node_id, r.artifact_path, r.details, r.error_message,
+                        CASE WHEN json_valid(r.details) THEN json_extract(r.details, '$.rules') END
                  FROM results r JOIN tasks t ON t.task_id = r.task_id JOIN runs u ON u.run_id = r.run_id
                  WHERE r.run_id = ?1 ORDER BY r.task_id",
             )
@@ -701,6 +702,13 @@ impl Store {
                     success: r.get(11)?,
                     verdict: r.get(12)?,
                     error_class: r.get(13)?,
+                    error_message: r.get(31)?,
+                    rules: r
+                        .get::<_, Option<rusqlite::types::Value>>(32)?
+                        .and_then(|v| match v {
+                            rusqlite::types::Value::Text(t) => Some(t),
+                            _ => None,
+                        }),
                     attempts: r.get(14)?,
                     llm_calls: r.get::<_, i64>(15)? as u64,
                     tokens_in: r.get::<_, i64>(16)? as u64,

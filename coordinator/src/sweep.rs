@@ -2,6 +2,7 @@
 
 use crate::store::NewTask;
 use reprobench_proto::android::{self, AndroidPayload, AndroidRow};
+use reprobench_proto::grading::GradingSettings;
 use reprobench_proto::sweep::{AgentSpec, SweepSpec};
 use reprobench_proto::swt::{self, EvalLimits, Prediction, SwtAgent, SwtInstance, SwtPayload};
 use reprobench_proto::synthetic::{self, SyntheticDataset, SyntheticPayload};
@@ -256,6 +257,10 @@ fn expand_swt(
                             env: env.clone(),
                             agent: swt_agent,
                             limits: limits.clone(),
+                            grading: GradingSettings {
+                                rules: spec.eval.rules,
+                                strict: spec.eval.strict,
+                            },
                         };
                         tasks.push(NewTask {
                             track: "swt".into(),

@@ -6,6 +6,7 @@
 
 pub mod android;
 pub mod auth;
+pub mod grading;
 pub mod kind;
 pub mod sweep;
 pub mod swt;

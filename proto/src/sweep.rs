@@ -49,6 +49,10 @@ pub struct EvalSettings {
     pub pids: u64,
     /// Scratch disk per execution (MiB).
     pub disk_mb: u64,
+    /// Version of SWT-bench's grading rules (`swt-bench-2025-09`, `swt-bench-2024`).
+    pub rules: crate::grading::Rules,
+    /// reprobench's suspicious findings change verdicts.
+    pub strict: bool,
 }
 
 impl Default for EvalSettings {
@@ -60,6 +64,8 @@ impl Default for EvalSettings {
             memory_mb: 2048,
             pids: 256,
             disk_mb: 1024,
+            rules: crate::grading::Rules::default(),
+            strict: false,
         }
     }
 }

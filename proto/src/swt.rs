@@ -516,6 +516,9 @@ pub struct SwtPayload {
     pub agent: SwtAgent,
     /// Execution limits.
     pub limits: EvalLimits,
+    /// How the executions are graded.
+    #[serde(default)]
+    pub grading: crate::grading::GradingSettings,
 }
 
 /// A dataset manifest (`datasets/NAME/manifest.json`).

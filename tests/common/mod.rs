@@ -344,3 +344,21 @@ pub fn assert_one_result_per_task(rows: &[Value], n: usize) {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// `../shared/data/SUB` beside the checkout; `None` (after saying so) when it is absent, and a
+/// failure instead when `REPROBENCH_REQUIRE_SHARED=1` (CI).
+pub fn shared_data(sub: &str) -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data")
+        .join(sub);
+    if dir.exists() {
+        return Some(dir);
+    }
+    assert!(
+        std::env::var("REPROBENCH_REQUIRE_SHARED").as_deref() != Ok("1"),
+        "REPROBENCH_REQUIRE_SHARED=1 but {} is absent",
+        dir.display()
+    );
+    eprintln!("skipped: {} is absent", dir.display());
+    None
+}

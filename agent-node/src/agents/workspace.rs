@@ -247,7 +247,7 @@ impl Workspace for SandboxWorkspace {
             .await
             .map_err(|e| format!("the sandbox could not run the test: {e}"))?;
         let report = script::read(&out.output, &nonce);
-        if report.apply_failed.is_some() {
+        if report.patches.iter().any(|p| !p.applied) {
             return Err(format!(
                 "the test file {path} could not be written into the repository"
             ));

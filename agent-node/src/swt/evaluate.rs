@@ -1,7 +1,10 @@
 //! The SWT executor: produces the task's test patch (gold, issue-snippet, or the given
 //! prediction), then evaluates it as SWT-bench does — six executions (pred/gold/base × pre/post
-//! the golden code patch) with the same test directives, gold and base cached per instance and
-//! directives — and grades it.
+//! the golden code patch; post runs apply the code patch first, then the test patch; the gold
+//! runs use the golden test patch's test files, the others the prediction's), gold and base
+//! cached per instance and test files — and grades their logs with SWT-bench's rules. The six
+//! logs and a `case.json` are kept in the attempt's directory, which is a grade directory
+//! (`reprobench grade DIR`).
 
 use crate::agents::run::{self as agent_run, AgentProduct, AgentSetup};
 use crate::executor::{
@@ -10,14 +13,16 @@ use crate::executor::{
 };
 use crate::gateway::Gateway;
 use crate::sandbox::{EnvRecipe, ExecRequest, Limits, Prepared, Sandbox, SandboxError};
-use crate::swt::grading::{self, Transition};
-use crate::swt::logparse::{self, LogParser, TestStatuses};
-use crate::swt::{patch, script, snippet};
+use crate::swt::case::{self, CaseFile};
+use crate::swt::grading::instance::{self, InstanceGrade, RUNS, RunInput};
+use crate::swt::grading::{Categories, Category, Family};
+use crate::swt::script::{self, PatchOutcome};
+use crate::swt::{patch, snippet};
 use reprobench_proto::swt::{SwtAgent, SwtPayload, mirror_name};
 use reprobench_proto::time::now_ms;
 use reprobench_proto::v1::{FailureClass, Outcome};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,21 +61,21 @@ impl SwtExecutor {
     }
 }
 
-/// One execution as recorded in the report and the cache.
+/// The parser of an instance: SWT-bench's for its repository, else the environment's.
+pub fn parser_for(repo: &str, env_parser: &str) -> Option<Family> {
+    Family::for_repo(repo).or_else(|| Family::from_name(env_parser))
+}
+
+/// One execution as recorded in the report.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ExecRecord {
     /// Exit code of the test command (None: killed or never reached).
     pub exit_code: Option<i64>,
     /// Killed at the timeout.
     pub timed_out: bool,
-    /// How the test patch applied.
-    pub test_patch_method: Option<String>,
-    /// How the golden code patch applied.
-    pub code_patch_method: Option<String>,
-    /// Which patch failed to apply.
-    pub apply_failed: Option<String>,
-    /// Test statuses, after distrusting passes of a failed run.
-    pub statuses: BTreeMap<String, logparse::TestStatus>,
+    /// How each patch went (`git apply -v`, and whether fuzz would have applied a failed one).
+    #[serde(default)]
+    pub patches: Vec<PatchOutcome>,
     /// Milliseconds the command ran.
     pub command_ms: u64,
     /// Milliseconds of harness overhead around it.
@@ -83,20 +88,23 @@ pub struct ExecRecord {
     pub cached: bool,
 }
 
+/// A cached gold or base execution: its record and its log.
+#[derive(Serialize, Deserialize)]
+struct CachedExecution {
+    record: ExecRecord,
+    log: String,
+}
+
+/// One execution's record and log.
+struct Execution {
+    record: ExecRecord,
+    log: String,
+}
+
 enum Which {
     Pred,
     Gold,
     Base,
-}
-
-impl Which {
-    fn name(&self) -> &'static str {
-        match self {
-            Which::Pred => "pred",
-            Which::Gold => "gold",
-            Which::Base => "base",
-        }
-    }
 }
 
 fn sandbox_error(e: SandboxError) -> AttemptEnd {
@@ -125,56 +133,59 @@ fn fnv_hex(parts: &[&str]) -> String {
 
 struct Job<'a> {
     payload: &'a SwtPayload,
-    parser: &'static dyn LogParser,
     prepared: &'a Prepared,
     recipe: &'a EnvRecipe,
-    directives: &'a [String],
     limits: Limits,
-    log_dir: PathBuf,
+}
+
+/// One of the six executions.
+struct Step<'a> {
+    label: &'static str,
+    which: Which,
+    post: bool,
+    test_patch: Option<&'a str>,
+    directives: &'a [String],
 }
 
 impl SwtExecutor {
-    async fn execute(
-        &self,
-        job: &Job<'_>,
-        which: Which,
-        post: bool,
-        test_patch: Option<&str>,
-    ) -> Result<ExecRecord, SandboxError> {
-        let label = format!("{}_{}", which.name(), if post { "post" } else { "pre" });
-        let cache_file = match which {
-            Which::Pred => None,
-            _ => {
-                let key = fnv_hex(&[
-                    "swt-exec-v1",
-                    &job.recipe.instance_key(),
-                    &label,
-                    &job.directives.join("\n"),
-                    &job.payload.env.test_cmd,
-                    test_patch.unwrap_or(""),
-                    &job.payload.instance.patch,
-                ]);
-                Some(
-                    self.cache
-                        .join("swt-executions")
-                        .join(format!("{key}.json")),
-                )
-            }
-        };
-        if let Some(f) = &cache_file
-            && let Some(mut rec) = std::fs::read(f)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<ExecRecord>(&b).ok())
-        {
-            rec.cached = true;
-            return Ok(rec);
+    fn cache_file(&self, job: &Job<'_>, step: &Step<'_>) -> Option<PathBuf> {
+        if matches!(step.which, Which::Pred) {
+            return None;
+        }
+        let key = fnv_hex(&[
+            "swt-exec-v2",
+            &job.recipe.instance_key(),
+            step.label,
+            &step.directives.join("\n"),
+            &job.payload.env.test_cmd,
+            step.test_patch.unwrap_or(""),
+            &job.payload.instance.patch,
+        ]);
+        Some(
+            self.cache
+                .join("swt-executions")
+                .join(format!("{key}.json")),
+        )
+    }
+
+    fn cached(&self, job: &Job<'_>, step: &Step<'_>) -> Option<Execution> {
+        let file = self.cache_file(job, step)?;
+        let c: CachedExecution = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
+        let mut record = c.record;
+        record.cached = true;
+        Some(Execution { record, log: c.log })
+    }
+
+    async fn execute(&self, job: &Job<'_>, step: &Step<'_>) -> Result<Execution, SandboxError> {
+        if let Some(e) = self.cached(job, step) {
+            return Ok(e);
         }
         let nonce = nonce();
         let plan = script::Plan {
-            test_patch,
-            code_patch: post.then_some(job.payload.instance.patch.as_str()),
+            test_patch: step.test_patch,
+            code_patch: step.post.then_some(job.payload.instance.patch.as_str()),
             test_cmd: &job.payload.env.test_cmd,
-            directives: job.directives,
+            directives: step.directives,
             nonce: &nonce,
         };
         let (files, command) = script::build(&plan);
@@ -190,39 +201,34 @@ impl SwtExecutor {
                 },
             )
             .await?;
-        let _ = std::fs::write(job.log_dir.join(format!("{label}.log")), &out.output);
         let report = script::read(&out.output, &nonce);
-        let mut statuses: TestStatuses = if report.started {
-            job.parser.parse(&report.test_log)
-        } else {
-            TestStatuses::new()
-        };
-        let exit_code = if report.started { out.exit_code } else { None };
-        if report.started {
-            grading::distrust_passes_on_failed_exit(&mut statuses, exit_code);
-        }
-        let rec = ExecRecord {
-            exit_code,
+        let record = ExecRecord {
+            exit_code: if report.started { out.exit_code } else { None },
             timed_out: out.timed_out,
-            test_patch_method: report.test_patch_method,
-            code_patch_method: report.code_patch_method,
-            apply_failed: report.apply_failed,
-            statuses,
+            patches: report.patches,
             command_ms: out.command_time.as_millis() as u64,
             overhead_ms: out.overhead.as_millis() as u64,
             test_ms: report.test_ns.map(|ns| ns / 1_000_000),
             cached: false,
         };
-        if let (Some(f), false) = (&cache_file, rec.timed_out) {
+        let exec = Execution {
+            record,
+            log: report.log,
+        };
+        if let (Some(f), false) = (self.cache_file(job, step), exec.record.timed_out) {
             if let Some(dir) = f.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
             let tmp = f.with_extension(format!("tmp-{nonce}"));
-            if std::fs::write(&tmp, serde_json::to_vec(&rec).unwrap_or_default()).is_ok() {
+            let cached = CachedExecution {
+                record: exec.record.clone(),
+                log: exec.log.clone(),
+            };
+            if std::fs::write(&tmp, serde_json::to_vec(&cached).unwrap_or_default()).is_ok() {
                 let _ = std::fs::rename(&tmp, f);
             }
         }
-        Ok(rec)
+        Ok(exec)
     }
 
     async fn evaluate(&self, spec: AttemptSpec, ctx: AttemptContext) -> AttemptEnd {
@@ -238,7 +244,7 @@ impl SwtExecutor {
             }
         };
         let inst = &payload.instance;
-        let Some(parser) = logparse::parser_for(&payload.env.log_parser) else {
+        let Some(family) = parser_for(&inst.repo, &payload.env.log_parser) else {
             return outcome_error(
                 FailureClass::BadInput,
                 "bad_input:log_parser",
@@ -246,7 +252,7 @@ impl SwtExecutor {
                     "{}: log parser `{}` is unknown; known: {}",
                     inst.instance_id,
                     payload.env.log_parser,
-                    logparse::parser_names().join(", ")
+                    Family::names().join(", ")
                 ),
             );
         };
@@ -255,8 +261,7 @@ impl SwtExecutor {
             .join(&spec.run_id)
             .join(&inst.instance_id)
             .join(format!("t{}-e{}", spec.attempt.task_id, spec.attempt.epoch));
-        let log_dir = artifact_dir.join("logs");
-        let _ = std::fs::create_dir_all(&log_dir);
+        let _ = std::fs::create_dir_all(&artifact_dir);
         let recipe = EnvRecipe {
             repo: inst.repo.clone(),
             mirror: self.repos.join(mirror_name(&inst.repo)),
@@ -367,6 +372,7 @@ impl SwtExecutor {
         if let Some(p) = &test_patch {
             let _ = std::fs::write(artifact_dir.join("test.patch"), p);
         }
+        let rules = payload.grading.rules;
         let mut report = serde_json::json!({
             "instance_id": inst.instance_id,
             "patch_is_None": test_patch.is_none(),
@@ -375,6 +381,10 @@ impl SwtExecutor {
             "resolved": false,
             "coverage_pred": null, "coverage_gold": null, "coverage_base": null,
             "coverage_delta_pred": null, "coverage_delta_gold": null,
+            "rules": rules.name(),
+            "strict": payload.grading.strict,
+            "parser": family.name(),
+            "suspicious": [],
         });
         let finish = |report: serde_json::Value,
                       success: bool,
@@ -384,10 +394,6 @@ impl SwtExecutor {
             if let Some(p) = &product {
                 report["agent"] = p.summary.clone();
             }
-            let _ = std::fs::write(
-                artifact_dir.join("report.json"),
-                serde_json::to_vec_pretty(&report).unwrap_or_default(),
-            );
             let agent_error = product
                 .as_ref()
                 .and_then(|p| p.error.as_ref())
@@ -396,6 +402,13 @@ impl SwtExecutor {
                 error
                     .or(agent_error)
                     .unwrap_or((FailureClass::None, "", String::new()));
+            if !message.is_empty() {
+                report["message"] = message.clone().into();
+            }
+            let _ = std::fs::write(
+                artifact_dir.join("report.json"),
+                serde_json::to_vec_pretty(&report).unwrap_or_default(),
+            );
             let mut outcome = Outcome {
                 success,
                 verdict: verdict.into(),
@@ -441,6 +454,11 @@ impl SwtExecutor {
             report["note"] = "the test patch touches no Python file: no test to run".into();
             return finish(report, false, "unresolved", None);
         }
+        // SWT-bench runs the golden test patch's own test files in the gold runs.
+        let gold_directives = patch::validate(Some(&inst.test_patch))
+            .map(|f| patch::test_directives(&f, &payload.env.test_directives))
+            .unwrap_or_default();
+        report["gold_test_directives"] = serde_json::json!(gold_directives);
         let prepared = tokio::select! {
             p = self.sandbox.prepare(&recipe) => match p {
                 Ok(p) => p,
@@ -450,99 +468,191 @@ impl SwtExecutor {
         };
         let job = Job {
             payload: &payload,
-            parser,
             prepared: &prepared,
             recipe: &recipe,
-            directives: &directives,
             limits,
-            log_dir,
         };
         let pred = test_patch.as_deref();
         let gold = Some(inst.test_patch.as_str());
-        let mut records: BTreeMap<String, ExecRecord> = BTreeMap::new();
-        let plan: [(&str, Which, bool, Option<&str>); 6] = [
-            ("pred_pre", Which::Pred, false, pred),
-            ("pred_post", Which::Pred, true, pred),
-            ("gold_pre", Which::Gold, false, gold),
-            ("gold_post", Which::Gold, true, gold),
-            ("base_pre", Which::Base, false, None),
-            ("base_post", Which::Base, true, None),
+        let steps = [
+            (Which::Pred, false, pred, &directives),
+            (Which::Pred, true, pred, &directives),
+            (Which::Gold, false, gold, &gold_directives),
+            (Which::Gold, true, gold, &gold_directives),
+            (Which::Base, false, None, &directives),
+            (Which::Base, true, None, &directives),
         ];
-        for (label, which, post, test_patch) in plan {
-            let rec = tokio::select! {
-                r = self.execute(&job, which, post, test_patch) => match r {
+        let mut executions: [Option<Execution>; 6] = Default::default();
+        let mut timed_out_at: Option<&str> = None;
+        for (i, (which, post, test_patch, directives)) in steps.into_iter().enumerate() {
+            let step = Step {
+                label: RUNS[i],
+                which,
+                post,
+                test_patch,
+                directives,
+            };
+            if timed_out_at.is_some() {
+                // As in SWT-bench, the executions after a timeout are not run; cached gold and
+                // base logs are still read.
+                executions[i] = self.cached(&job, &step);
+                continue;
+            }
+            let e = tokio::select! {
+                r = self.execute(&job, &step) => match r {
                     Ok(r) => r,
                     Err(e) => return sandbox_error(e),
                 },
                 _ = ctx.cancel.cancelled() => return AttemptEnd::Cancelled,
             };
-            let failed_patch = rec.apply_failed.clone();
-            records.insert(label.to_string(), rec);
-            if label == "pred_pre" && failed_patch.is_some() {
-                report["executions"] = serde_json::to_value(&records).unwrap_or_default();
-                report["note"] = "the test patch does not apply to the base commit".into();
-                return finish(report, false, "unresolved", None);
+            if e.record.timed_out {
+                timed_out_at = Some(RUNS[i]);
             }
-            if failed_patch.as_deref() == Some("code") {
-                report["executions"] = serde_json::to_value(&records).unwrap_or_default();
-                let msg = format!(
-                    "{}: the golden code patch does not apply on top of the {label} test patch",
-                    inst.instance_id
-                );
+            executions[i] = Some(e);
+        }
+        let case_file = CaseFile {
+            instance_id: Some(inst.instance_id.clone()),
+            parser: Some(family.name().into()),
+            repo: Some(inst.repo.clone()),
+            exit_codes: RUNS
+                .iter()
+                .zip(&executions)
+                .filter_map(|(r, e)| e.as_ref().map(|e| (r.to_string(), e.record.exit_code)))
+                .collect(),
+            timed_out: RUNS
+                .iter()
+                .zip(&executions)
+                .filter(|(_, e)| e.as_ref().is_some_and(|e| e.record.timed_out))
+                .map(|(r, _)| r.to_string())
+                .collect(),
+            findings: RUNS
+                .iter()
+                .zip(&executions)
+                .flat_map(|(r, e)| {
+                    e.as_ref()
+                        .map(|e| script_findings(r, &e.record.patches))
+                        .unwrap_or_default()
+                })
+                .collect(),
+        };
+        let logs: [Option<&str>; 6] =
+            std::array::from_fn(|i| executions[i].as_ref().map(|e| e.log.as_str()));
+        if let Err(e) = case::write(&artifact_dir, &case_file, &logs) {
+            return outcome_error(
+                FailureClass::Infra,
+                "artifacts",
+                format!(
+                    "cannot write the execution logs to {}: {e}",
+                    artifact_dir.display()
+                ),
+            );
+        }
+        report["logs"] = RUNS
+            .iter()
+            .zip(&executions)
+            .filter(|(_, e)| e.is_some())
+            .map(|(r, _)| (r.to_string(), serde_json::Value::from(format!("{r}.log"))))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        report["executions"] = RUNS
+            .iter()
+            .zip(&executions)
+            .filter_map(|(r, e)| {
+                e.as_ref().map(|e| {
+                    (
+                        r.to_string(),
+                        serde_json::to_value(&e.record).unwrap_or_default(),
+                    )
+                })
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        if let Some(run) = timed_out_at {
+            report["note"] = format!(
+                "{run} was killed at the {} s timeout; the executions after it were not run",
+                payload.limits.timeout_s
+            )
+            .into();
+        }
+        let runs: [RunInput; 6] = std::array::from_fn(|i| RunInput {
+            log: logs[i].map(str::to_string),
+            exit_code: executions[i].as_ref().and_then(|e| e.record.exit_code),
+            timed_out: executions[i].as_ref().is_some_and(|e| e.record.timed_out),
+            findings: executions[i]
+                .as_ref()
+                .map(|e| script_findings(RUNS[i], &e.record.patches))
+                .unwrap_or_default(),
+        });
+        let g = match instance::grade(&runs, family, rules, payload.grading.strict) {
+            Ok(g) => g,
+            Err(e) => {
+                let msg = format!("{}: {e}", inst.instance_id);
                 report["note"] = msg.clone().into();
                 return finish(
                     report,
                     false,
                     "error",
-                    Some((
-                        FailureClass::BadInput,
-                        "bad_input:golden_patch_conflict",
-                        msg,
-                    )),
+                    Some((FailureClass::BadInput, "timeout:pred_pre", msg)),
                 );
             }
-        }
-        let tr = |pre: &str, post: &str| {
-            grading::transitions(&records[pre].statuses, &records[post].statuses)
         };
-        let (t_pred, t_gold, t_base) = (
-            tr("pred_pre", "pred_post"),
-            tr("gold_pre", "gold_post"),
-            tr("base_pre", "base_post"),
-        );
-        let g = grading::grade(&t_pred, &t_base, true);
-        report["patch_successfully_applied"] = true.into();
-        report["resolved"] = g.resolved.into();
-        report["applicable"] = g.applicable.into();
-        report["f2x"] = g.f2x.into();
-        report["f2p"] = g.f2p.into();
-        report["p2p"] = g.p2p.into();
-        report["added_f2p"] = g.added_f2p.len().into();
-        report["added_f2p_tests"] = serde_json::json!(g.added_f2p);
-        report["added_p2f_tests"] = serde_json::json!(g.added_p2f);
-        report["added_f2f_tests"] = serde_json::json!(g.added_f2f);
-        report["added_p2p_tests"] = serde_json::json!(g.added_p2p);
-        report["base_tests"] = g.base_tests.into();
-        report["base_tests_still_run"] = g.base_tests_still_run.into();
-        let show = |t: &BTreeMap<String, Transition>| serde_json::to_value(t).unwrap_or_default();
-        report["tests_pred"] = show(&t_pred);
-        report["tests_gold"] = show(&t_gold);
-        report["tests_base"] = show(&t_base);
-        report["executions"] = serde_json::to_value(&records).unwrap_or_default();
-        let timed_out: Vec<&String> = records
-            .iter()
-            .filter(|(_, r)| r.timed_out)
-            .map(|(k, _)| k)
-            .collect();
-        if !timed_out.is_empty() {
-            report["note"] = format!(
-                "killed at the {} s timeout: {timed_out:?}",
-                payload.limits.timeout_s
-            )
-            .into();
-        }
+        put_grade(&mut report, &g);
         let verdict = if g.resolved { "resolved" } else { "unresolved" };
         finish(report, g.resolved, verdict, None)
+    }
+}
+
+fn script_findings(run: &str, patches: &[PatchOutcome]) -> Vec<instance::Suspicion> {
+    script::ScriptReport {
+        patches: patches.to_vec(),
+        ..Default::default()
+    }
+    .findings(run)
+}
+
+/// Tests of `pred` in `cat` that `base` does not have in it.
+fn new_in(pred: &Categories, base: &Categories, cat: Category) -> Vec<String> {
+    let in_base: BTreeSet<&String> = base
+        .iter()
+        .filter(|(_, c)| **c == cat)
+        .map(|(id, _)| id)
+        .collect();
+    pred.iter()
+        .filter(|(id, c)| **c == cat && !in_base.contains(id))
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
+/// Puts a grade into an instance's `report.json`: SWT-bench's keys, the test categories, and
+/// reprobench's findings.
+pub fn put_grade(report: &mut serde_json::Value, g: &InstanceGrade) {
+    report["patch_successfully_applied"] = g.patch_applied.into();
+    report["resolved"] = g.resolved.into();
+    report["applicable"] = g.applicable.into();
+    report["f2x"] = g.f2x.into();
+    report["f2p"] = g.f2p.into();
+    report["p2p"] = g.p2p.into();
+    report["rules"] = g.rules.name().into();
+    report["strict"] = g.strict.into();
+    report["parser"] = g.parser.name().into();
+    report["suspicious"] = serde_json::to_value(&g.suspicious).unwrap_or_default();
+    if g.strict_changed {
+        report["strict_changed"] = true.into();
+    }
+    if let (Some(pred), Some(gold), Some(base)) = (&g.tests_pred, &g.tests_gold, &g.tests_base) {
+        report["added_f2p"] = g.added_f2p.len().into();
+        for (key, cat) in [
+            ("added_f2p_tests", Category::FailToPass),
+            ("added_p2f_tests", Category::PassToFail),
+            ("added_f2f_tests", Category::FailToFail),
+            ("added_p2p_tests", Category::PassToPass),
+        ] {
+            report[key] = serde_json::json!(new_in(pred, base, cat));
+        }
+        let show = |t: &BTreeMap<String, Category>| serde_json::to_value(t).unwrap_or_default();
+        report["tests_pred"] = show(pred);
+        report["tests_gold"] = show(gold);
+        report["tests_base"] = show(base);
     }
 }
 

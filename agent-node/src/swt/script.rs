@@ -1,27 +1,27 @@
-//! The script one SWT execution runs inside its sandbox, and how its output is read back. Pure.
+//! The script one SWT execution runs inside its sandbox, and how its marker lines are read
+//! back. Pure.
 //!
-//! The script applies the test patch and (for "post" runs) the golden code patch with the
-//! SWE-bench fallback chain (`git apply --verbose` → `git apply --verbose --reject` →
-//! `patch --batch --fuzz=5 -p1 -i`, starting from a clean tree each time), removes its own files,
-//! prints a start marker carrying a per-execution nonce, runs the test command, prints an end
-//! marker, and exits with the test command's exit code. The exit code is taken from the
-//! sandbox, not from printed text.
+//! As SWT-bench's evaluation script does, it applies the golden code patch ("post" runs) and
+//! then the test patch, each with `git apply -v` whose output goes to the log, goes on when one
+//! does not apply, and runs the test command with the test directives. It adds what SWT-bench
+//! lacks, on lines of its own that carry a per-execution nonce (so the code under test cannot
+//! forge them) and that the grader removes before it reads the log: each patch's `git apply`
+//! status and, for one that failed, whether `patch --fuzz=5` would have applied it (a dry run;
+//! nothing is changed), and the start and end of the test command with its exit code. The exit
+//! code itself is taken from the sandbox.
 
 use crate::sandbox::InputFile;
+use crate::swt::grading::instance::{Suspicion, finding};
 
 /// Directory (inside the repository) holding the harness's files during an execution.
 pub const HARNESS_DIR: &str = ".reprobench";
-/// Exit code of the script when the test patch does not apply.
-pub const EXIT_TEST_PATCH_FAILED: i64 = 97;
-/// Exit code of the script when the golden code patch does not apply.
-pub const EXIT_CODE_PATCH_FAILED: i64 = 98;
 
 /// One execution's inputs.
 #[derive(Debug, Clone)]
 pub struct Plan<'a> {
-    /// Test patch to apply first (none for the base run).
+    /// Test patch (none for the base runs).
     pub test_patch: Option<&'a str>,
-    /// Golden code patch to apply after it ("post" runs).
+    /// Golden code patch, applied before the test patch ("post" runs).
     pub code_patch: Option<&'a str>,
     /// Test command, e.g. `python -m pytest -rA -p no:cacheprovider`.
     pub test_cmd: &'a str,
@@ -46,10 +46,7 @@ fn shell_quote(s: &str) -> String {
 pub fn build(plan: &Plan<'_>) -> (Vec<InputFile>, Vec<String>) {
     let mut files = Vec::new();
     let mut steps = String::new();
-    for (label, patch, code) in [
-        ("test", plan.test_patch, EXIT_TEST_PATCH_FAILED),
-        ("code", plan.code_patch, EXIT_CODE_PATCH_FAILED),
-    ] {
+    for (label, patch) in [("code", plan.code_patch), ("test", plan.test_patch)] {
         if let Some(p) = patch {
             let name = format!("{HARNESS_DIR}/{label}.patch");
             files.push(InputFile {
@@ -57,7 +54,7 @@ pub fn build(plan: &Plan<'_>) -> (Vec<InputFile>, Vec<String>) {
                 contents: p.as_bytes().to_vec(),
                 mode: 0o644,
             });
-            steps.push_str(&format!("apply {label} {name} || exit {code}\n"));
+            steps.push_str(&format!("apply {label} {name}\n"));
         }
     }
     let directives: Vec<String> = plan.directives.iter().map(|d| shell_quote(d)).collect();
@@ -66,23 +63,18 @@ pub fn build(plan: &Plan<'_>) -> (Vec<InputFile>, Vec<String>) {
 # reprobench SWT execution script
 set -u
 N={nonce}
-export GIT_AUTHOR_NAME=reprobench GIT_AUTHOR_EMAIL=harness@reprobench.invalid
-export GIT_COMMITTER_NAME=reprobench GIT_COMMITTER_EMAIL=harness@reprobench.invalid
-git init -q . 2>/dev/null
+git init -q . >/dev/null 2>&1
 echo '{dir}/' >> .git/info/exclude
-git add -A >/dev/null 2>&1 && git commit -q --allow-empty --no-verify -m reprobench-base >/dev/null 2>&1
-clean() {{ git reset -q --hard >/dev/null 2>&1; git clean -qfd >/dev/null 2>&1; }}
 apply() {{
-  if git apply --verbose "$2" >/dev/null 2>&1; then m=git-apply
-  else clean; if git apply --verbose --reject "$2" >/dev/null 2>&1; then m=git-apply-reject
-  else clean; if patch --batch --fuzz=5 -p1 -i "$2" >/dev/null 2>&1; then m=patch-fuzz
-  else clean; echo "REPROBENCH-$N APPLY-FAILED $1"; return 1; fi; fi; fi
-  git add -A >/dev/null 2>&1 && git commit -q --no-verify -m "reprobench-$1" >/dev/null 2>&1
-  echo "REPROBENCH-$N APPLIED $1 $m"
+  git apply -v "$2" 2>&1
+  rc=$?
+  if [ "$rc" -eq 0 ]; then echo "REPROBENCH-$N APPLY $1 0 -"; return 0; fi
+  if patch --dry-run --batch --fuzz=5 -p1 -i "$2" >/dev/null 2>&1; then f=fuzz; else f=no; fi
+  echo "REPROBENCH-$N APPLY $1 $rc $f"
 }}
 {steps}rm -rf {dir}
 echo "REPROBENCH-$N START $(date +%s%N)"
-{cmd} {directives}
+{cmd} {directives} 2>&1
 rc=$?
 echo "REPROBENCH-$N END $rc $(date +%s%N)"
 exit $rc
@@ -101,57 +93,90 @@ exit $rc
     (files, vec!["bash".into(), script_path])
 }
 
-/// What the script's output says.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ScriptReport {
-    /// How the test patch applied (`git-apply`, `git-apply-reject`, `patch-fuzz`), if it was given and applied.
-    pub test_patch_method: Option<String>,
-    /// How the golden code patch applied.
-    pub code_patch_method: Option<String>,
-    /// Which patch failed to apply (`test` or `code`).
-    pub apply_failed: Option<String>,
-    /// The tests started.
-    pub started: bool,
-    /// The test runner's output (between the markers; to the end if the end marker is missing).
-    pub test_log: String,
-    /// Nanoseconds the test command itself ran (from the script's own clock), when both markers were printed.
-    pub test_ns: Option<u64>,
+/// How one patch went.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PatchOutcome {
+    /// `code` or `test`.
+    pub which: String,
+    /// `git apply -v` succeeded.
+    pub applied: bool,
+    /// It failed, but `patch --fuzz=5` would have applied it.
+    pub fuzz_would_apply: bool,
 }
 
-/// Reads the markers of a script's output.
+/// What an execution's marker lines say, and its log without them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ScriptReport {
+    /// The patches, in the order they were applied.
+    pub patches: Vec<PatchOutcome>,
+    /// The test command started.
+    pub started: bool,
+    /// Nanoseconds the test command ran (from the script's own clock), when both markers were printed.
+    pub test_ns: Option<u64>,
+    /// The output without the marker lines: what the grader reads.
+    pub log: String,
+    /// The test command's own output (after the start marker, up to the end marker).
+    pub test_log: String,
+}
+
+impl ScriptReport {
+    /// Findings for the grader: patches that did not apply with `git apply -v` but would with fuzz.
+    pub fn findings(&self, run: &str) -> Vec<Suspicion> {
+        self.patches
+            .iter()
+            .filter(|p| !p.applied && p.fuzz_would_apply)
+            .map(|p| {
+                Suspicion::new(
+                    finding::PATCH_NEEDS_FUZZ,
+                    run,
+                    format!(
+                        "the {} patch does not apply with `git apply -v` (so it was not applied, as in SWT-bench) but would with `patch --fuzz=5`",
+                        if p.which == "code" { "golden code" } else { "test" }
+                    ),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Reads the marker lines of an execution's output (`nonce` from its case file).
 pub fn read(output: &str, nonce: &str) -> ScriptReport {
     let tag = format!("REPROBENCH-{nonce} ");
     let mut r = ScriptReport::default();
-    let mut log = String::new();
-    let mut in_tests = false;
     let mut start_ns: Option<u64> = None;
-    for line in output.lines() {
-        if let Some(rest) = line.strip_prefix(&tag) {
-            let words: Vec<&str> = rest.split_whitespace().collect();
-            match words.as_slice() {
-                ["APPLIED", "test", m] if !r.started => r.test_patch_method = Some(m.to_string()),
-                ["APPLIED", "code", m] if !r.started => r.code_patch_method = Some(m.to_string()),
-                ["APPLY-FAILED", which] if !r.started => r.apply_failed = Some(which.to_string()),
-                ["START", rest @ ..] if !r.started => {
-                    r.started = true;
-                    in_tests = true;
-                    start_ns = rest.first().and_then(|t| t.parse::<u64>().ok());
-                }
-                ["END", _, rest @ ..] if in_tests => {
-                    in_tests = false;
-                    let end_ns = rest.first().and_then(|t| t.parse::<u64>().ok());
-                    r.test_ns = start_ns.zip(end_ns).map(|(a, b)| b.saturating_sub(a));
-                }
-                _ => {}
+    let mut ended = false;
+    for line in output.split_inclusive('\n') {
+        let Some(rest) = line.strip_prefix(&tag) else {
+            r.log.push_str(line);
+            if r.started && !ended {
+                r.test_log.push_str(line);
             }
             continue;
-        }
-        if in_tests {
-            log.push_str(line);
-            log.push('\n');
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        match words.as_slice() {
+            ["APPLY", which, rc, fuzz] if !r.started => r.patches.push(PatchOutcome {
+                which: which.to_string(),
+                applied: *rc == "0",
+                fuzz_would_apply: *fuzz == "fuzz",
+            }),
+            ["START", rest @ ..] if !r.started => {
+                r.started = true;
+                start_ns = rest.first().and_then(|t| t.parse::<u64>().ok());
+            }
+            ["END", _, rest @ ..] if r.started && !ended => {
+                ended = true;
+                let end_ns = rest.first().and_then(|t| t.parse::<u64>().ok());
+                r.test_ns = start_ns.zip(end_ns).map(|(a, b)| b.saturating_sub(a));
+            }
+            _ => {
+                r.log.push_str(line);
+                if r.started && !ended {
+                    r.test_log.push_str(line);
+                }
+            }
         }
     }
-    r.test_log = log;
     r
 }
 
@@ -160,7 +185,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn builds_files_and_command() {
+    fn builds_files_and_command_code_patch_first() {
         let d = vec!["tests/test a.py".to_string()];
         let plan = Plan {
             test_patch: Some("T"),
@@ -175,14 +200,18 @@ mod tests {
         assert_eq!(
             names,
             vec![
-                ".reprobench/test.patch",
                 ".reprobench/code.patch",
+                ".reprobench/test.patch",
                 ".reprobench/run.sh"
             ]
         );
         let script = String::from_utf8(files[2].contents.clone()).unwrap();
         assert!(script.contains("python -m pytest 'tests/test a.py'"));
-        assert!(script.find("apply test").unwrap() < script.find("apply code").unwrap());
+        assert!(script.find("apply code").unwrap() < script.find("apply test").unwrap());
+        assert!(
+            !script.contains("|| exit"),
+            "a patch that fails does not stop the run"
+        );
         let base = Plan {
             test_patch: None,
             code_patch: None,
@@ -192,25 +221,36 @@ mod tests {
     }
 
     #[test]
-    fn reads_markers_and_ignores_forged_ones() {
-        let out = "REPROBENCH-n1 APPLIED test git-apply\n\
-                   REPROBENCH-n1 APPLIED code patch-fuzz\n\
+    fn reads_markers_removes_them_and_ignores_forged_ones() {
+        let out = "Checking patch x.py...\n\
+                   REPROBENCH-n1 APPLY code 0 -\n\
+                   error: patch failed: tests/t.py:3\n\
+                   REPROBENCH-n1 APPLY test 1 fuzz\n\
                    REPROBENCH-n1 START 1000\n\
                    PASSED tests/t.py::a\n\
-                   REPROBENCH-n1 APPLIED test forged\n\
+                   REPROBENCH-n1 APPLY test 0 -\n\
                    REPROBENCH-other END 0\n\
                    REPROBENCH-n1 END 1 5000\n\
-                   trailing\n";
+                   trailing";
         let r = read(out, "n1");
-        assert_eq!(r.test_patch_method.as_deref(), Some("git-apply"));
-        assert_eq!(r.code_patch_method.as_deref(), Some("patch-fuzz"));
+        assert_eq!(r.patches.len(), 2);
+        assert!(r.patches[0].applied && !r.patches[1].applied && r.patches[1].fuzz_would_apply);
         assert!(r.started);
-        assert_eq!(r.test_log, "PASSED tests/t.py::a\nREPROBENCH-other END 0\n");
         assert_eq!(r.test_ns, Some(4000));
-        let failed = read("REPROBENCH-n1 APPLY-FAILED test\n", "n1");
-        assert_eq!(failed.apply_failed.as_deref(), Some("test"));
-        assert!(!failed.started);
+        assert_eq!(
+            r.log,
+            "Checking patch x.py...\nerror: patch failed: tests/t.py:3\nPASSED tests/t.py::a\n\
+             REPROBENCH-n1 APPLY test 0 -\nREPROBENCH-other END 0\ntrailing"
+        );
+        assert_eq!(
+            r.test_log,
+            "PASSED tests/t.py::a\nREPROBENCH-n1 APPLY test 0 -\nREPROBENCH-other END 0\n"
+        );
+        let f = r.findings("pred_pre");
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].kind, finding::PATCH_NEEDS_FUZZ);
         let hung = read("REPROBENCH-n1 START\nstill running\n", "n1");
-        assert_eq!(hung.test_log, "still running\n");
+        assert_eq!(hung.log, "still running\n");
+        assert_eq!(hung.test_ns, None);
     }
 }
