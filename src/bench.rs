@@ -569,3 +569,156 @@ pub async fn preassess(a: PreassessBenchArgs) -> Result<()> {
     );
     Ok(())
 }
+
+/// Options of the grading benchmark.
+#[derive(Args)]
+pub struct GradeBenchArgs {
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// A directory of grade directories with `expected.json` [default: ../shared/data/swt-parity].
+    #[arg(long, value_name = "DIR")]
+    corpus: Option<std::path::PathBuf>,
+    /// Rounds over the corpus (the median round is reported).
+    #[arg(long, default_value_t = 10)]
+    rounds: usize,
+    /// Size of the single-log measurement, in bytes.
+    #[arg(long, default_value_t = 40 * 1024)]
+    log_bytes: usize,
+}
+
+/// `reprobench bench grade`: cases per second of `grade` over a parity corpus (reading the files
+/// and grading, then grading only), how many agree with SWT-bench's verdicts, and logs per second
+/// of each parser family on one log of `--log-bytes`.
+pub fn grade(a: GradeBenchArgs) -> Result<()> {
+    use reprobench_agent_node::swt::case;
+    use reprobench_agent_node::swt::grading::{self, Family, RUNS, Rules};
+    let corpus = a
+        .corpus
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("../shared/data/swt-parity"));
+    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&corpus)
+        .with_context(|| {
+            format!(
+                "cannot read the corpus {}; pass --corpus DIR (grade directories with expected.json)",
+                corpus.display()
+            )
+        })?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("case.json").is_file())
+        .collect();
+    dirs.sort();
+    anyhow::ensure!(
+        !dirs.is_empty(),
+        "{}: no grade directory in it",
+        corpus.display()
+    );
+    let rules = Rules::default();
+    let keys = [
+        "resolved",
+        "applicable",
+        "f2x",
+        "f2p",
+        "p2p",
+        "tests_pred",
+        "tests_gold",
+        "tests_base",
+    ];
+    let mut agree = 0;
+    for d in &dirs {
+        let got = serde_json::to_value(case::grade_dir(d, rules, false)?)?;
+        let want: serde_json::Value = std::fs::read(d.join("expected.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        if keys.iter().all(|k| got.get(k) == want.get(k)) {
+            agree += 1;
+        }
+    }
+    let rate = |secs: Vec<f64>| dirs.len() as f64 / median(secs);
+    let with_io = rate(
+        (0..a.rounds)
+            .map(|_| {
+                let t = Instant::now();
+                for d in &dirs {
+                    std::hint::black_box(case::grade_dir(d, rules, false).ok());
+                }
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    let loaded: Vec<(Family, [grading::RunInput; 6])> = dirs
+        .iter()
+        .map(|d| case::load(d).map(|(_, f, runs)| (f, runs)))
+        .collect::<Result<_, _>>()?;
+    let in_memory = rate(
+        (0..a.rounds)
+            .map(|_| {
+                let t = Instant::now();
+                for (family, runs) in &loaded {
+                    std::hint::black_box(grading::grade(runs, *family, rules, false).ok());
+                }
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    );
+    let corpus_bytes: usize = loaded
+        .iter()
+        .flat_map(|(_, runs)| runs.iter().filter_map(|r| r.log.as_ref().map(String::len)))
+        .sum();
+    // One log of --log-bytes per family: a corpus log of that family, its lines repeated.
+    let mut per_family = serde_json::Map::new();
+    for family in Family::ALL.into_iter().filter(|f| *f != Family::Unittest) {
+        let Some(seed) = loaded
+            .iter()
+            .filter(|(f, _)| *f == family)
+            .flat_map(|(_, runs)| runs.iter().filter_map(|r| r.log.as_deref()))
+            .max_by_key(|l| l.len())
+        else {
+            continue;
+        };
+        let mut log = String::with_capacity(a.log_bytes + seed.len());
+        while log.len() < a.log_bytes {
+            log.push_str(seed);
+        }
+        log.truncate(log.floor_char_boundary(a.log_bytes));
+        let reps = 200;
+        let secs = median(
+            (0..5)
+                .map(|_| {
+                    let t = Instant::now();
+                    for _ in 0..reps {
+                        std::hint::black_box(grading::execution_log::read(
+                            Some(&log),
+                            family,
+                            rules,
+                        ));
+                    }
+                    t.elapsed().as_secs_f64() / reps as f64
+                })
+                .collect(),
+        );
+        per_family.insert(
+            family.name().into(),
+            serde_json::json!({"logs_per_s": 1.0 / secs, "mb_per_s": log.len() as f64 / secs / 1e6}),
+        );
+    }
+    let v = serde_json::json!({
+        "corpus": corpus.display().to_string(),
+        "cases": dirs.len(),
+        "logs_per_case": RUNS.len(),
+        "corpus_log_bytes": corpus_bytes,
+        "agree_with_expected": agree,
+        "cases_per_s_with_io": with_io,
+        "cases_per_s_in_memory": in_memory,
+        "log_bytes": a.log_bytes,
+        "one_log": per_family,
+    });
+    if a.json {
+        println!("{v}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    Ok(())
+}

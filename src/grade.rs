@@ -223,7 +223,11 @@ fn regrade_run(a: &GradeArgs, run: &str) -> Result<ExitCode> {
     let (mut regraded, mut not_regradable, mut ungraded) = (0usize, Vec::new(), Vec::new());
     let mut changed: Vec<(String, bool, bool)> = Vec::new();
     for r in &mut rows {
-        let grade_dir = PathBuf::from(&r.artifact_path);
+        // The node's attempt directory, or the copy beside the old report if that is gone.
+        let beside_report = old_reports.join(report_dir_name(r, single));
+        let grade_dir = Some(PathBuf::from(&r.artifact_path))
+            .filter(|d| d.join("case.json").is_file())
+            .unwrap_or(beside_report);
         let mut report: serde_json::Value =
             serde_json::from_str(&r.details_json).unwrap_or_else(|_| serde_json::json!({}));
         report["verdict"] = r.verdict.clone().into();

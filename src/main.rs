@@ -589,6 +589,9 @@ enum BenchWhich {
     /// ltgdroid pre-assessment: wall time per android-sim report with K = 1 and K = 4 device
     /// replicas under the simulator's latency model, at equal success (scripted stand-in LLM).
     Preassess(bench::PreassessBenchArgs),
+    /// Grading: cases per second of `grade` over the SWT-bench parity corpus (with and without
+    /// reading the files), agreement with SWT-bench's verdicts, and each parser on one 40 KB log.
+    Grade(bench::GradeBenchArgs),
 }
 
 fn init_tracing(default: &str) {
@@ -654,6 +657,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
             BenchWhich::Tables(b) => bench::tables(b)?,
             BenchWhich::Gateway(b) => gateway_cmd::bench(b).await?,
             BenchWhich::Preassess(b) => bench::preassess(b).await?,
+            BenchWhich::Grade(b) => bench::grade(b)?,
         },
         Command::Gateway(a) => gateway_cmd::gateway(a).await?,
     }

@@ -50,6 +50,10 @@ fn same_up_to_rounding(a: &Value, b: &Value) -> bool {
 fn ltgdroid_table_iv_improvements_are_reproduced_from_the_published_figures() {
     let csv = shared().join("papers/ltgdroid-table4-results.csv");
     if !csv.exists() {
+        assert!(
+            std::env::var("REPROBENCH_REQUIRE_SHARED").as_deref() != Ok("1"),
+            "REPROBENCH_REQUIRE_SHARED=1 but ../shared is absent"
+        );
         eprintln!("skipped: ../shared is absent");
         return;
     }

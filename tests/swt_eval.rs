@@ -94,6 +94,65 @@ fn gold_resolves_every_instance_with_the_process_executor() {
         "six executions"
     );
 
+    assert_eq!(r["rules"], "swt-bench-2025-09");
+    assert_eq!(summary["rules"], "swt-bench-2025-09");
+
+    // Each report directory is a grade directory: its six logs and case.json regrade to the
+    // same verdict with no execution.
+    let report_dir = Path::new(v["reports"].as_str().unwrap()).join("reprobench__textkit-1");
+    for run in [
+        "pred_pre",
+        "pred_post",
+        "gold_pre",
+        "gold_post",
+        "base_pre",
+        "base_post",
+    ] {
+        assert!(
+            report_dir.join(format!("{run}.log")).is_file(),
+            "{run}.log beside the report"
+        );
+    }
+    let out = Command::new(bin())
+        .args(["grade", "--json"])
+        .arg(&report_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let g: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(g["resolved"], true, "{g}");
+    assert_eq!(g["tests_pred"], r["tests_pred"]);
+
+    // The whole run regraded from its stored logs, under the older rules, beside the old reports.
+    let out = Command::new(bin())
+        .args(["grade", "--json", "--rules", "swt-bench-2024", "--run"])
+        .arg(v["run_id"].as_str().unwrap())
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let regraded: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(regraded["regraded"], 14, "{regraded}");
+    let new_reports = PathBuf::from(regraded["reports"].as_str().unwrap());
+    assert!(new_reports.starts_with(v["reports"].as_str().unwrap()));
+    let summary24: Value =
+        serde_json::from_slice(&std::fs::read(new_reports.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary24["rules"], "swt-bench-2024");
+    let rows = std::fs::read_to_string(new_reports.join("results.jsonl")).unwrap();
+    assert!(
+        rows.lines()
+            .all(|l| l.contains(r#""rules":"swt-bench-2024""#))
+    );
+
     // The same command again reuses the finished run instead of redoing it.
     let (again, _) = eval(dir.path(), "process", "gold", &[]);
     assert_eq!(again["resumed"], true);
@@ -232,15 +291,60 @@ fn bad_inputs_are_classified_and_the_rest_of_the_run_completes() {
         "a patch that does not apply"
     );
     assert_eq!(class(6).as_deref(), Some("bad_input:patch_too_large"));
+    // The hang is killed at the timeout; as in SWT-bench, an instance whose pred_pre execution
+    // timed out is an error, and it says why where users look.
+    let hung = report(&v, &id(7));
+    assert_eq!(hung["error_class"], "timeout:pred_pre", "{hung}");
     assert!(
-        report(&v, &id(7))["note"]
+        hung["message"].as_str().unwrap().contains("timeout"),
+        "{hung}"
+    );
+    let rows =
+        std::fs::read_to_string(Path::new(v["reports"].as_str().unwrap()).join("results.jsonl"))
+            .unwrap();
+    let row: Value = rows
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["instance_id"] == id(3).as_str())
+        .unwrap();
+    assert!(
+        row["error_message"].as_str().unwrap().contains("binary"),
+        "{row}"
+    );
+    assert!(
+        !row["started_at"].as_str().unwrap().starts_with("1970"),
+        "{row}"
+    );
+    let status = Command::new(bin())
+        .args(["status", "--attempts", "--json"])
+        .arg(v["run_id"].as_str().unwrap())
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&status.stdout).unwrap();
+    let attempt = status["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["instance_id"] == id(3).as_str())
+        .unwrap()
+        .clone();
+    assert!(
+        attempt["reason"]
             .as_str()
             .unwrap_or("")
-            .contains("timeout"),
-        "the hang is killed"
+            .contains("binary_patch"),
+        "{attempt}"
     );
+    // A fork bomb, a disk filler and a network call are graded or, when they outlast the
+    // timeout in pred_pre, errors that say so; never lost.
     for i in [8, 9, 10] {
-        assert_eq!(verdict(i), "unresolved", "instance {i} is graded, not lost");
+        let (v, c) = (verdict(i), class(i));
+        assert!(
+            v == "unresolved" || (v == "error" && c.as_deref() == Some("timeout:pred_pre")),
+            "instance {i} is graded, not lost: {v} {c:?}"
+        );
     }
     assert_eq!(
         class(11).as_deref(),

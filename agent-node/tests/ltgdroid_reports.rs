@@ -11,6 +11,10 @@ use std::path::Path;
 fn the_75_real_reports_build_the_report_analyzer_prompt() {
     let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/ltgdroid-reports");
     if !shared.is_dir() {
+        assert!(
+            std::env::var("REPROBENCH_REQUIRE_SHARED").as_deref() != Ok("1"),
+            "REPROBENCH_REQUIRE_SHARED=1 but ../shared is absent"
+        );
         eprintln!("skipping: {} is absent", shared.display());
         return;
     }

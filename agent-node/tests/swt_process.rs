@@ -175,7 +175,8 @@ async fn predictions_fall_into_their_categories() {
     assert!(!o.success);
     assert_eq!(d["p2p"], true, "{d:#}");
 
-    // A test that prints a fake PASSED line and exits non-zero is not believed.
+    // A test that prints a fake PASSED line is graded as SWT-bench grades it: the summary's
+    // FAILED line comes later and wins.
     let fake = append_test(
         "",
         "tests/test_fake.py",
@@ -184,7 +185,8 @@ async fn predictions_fall_into_their_categories() {
     let o = evaluate(&f, &inst, pred(Some(fake)), 60).await;
     assert!(!o.success, "{}", o.details_json);
 
-    // A test that hangs is killed at the timeout and the instance is graded, not stuck.
+    // A test that hangs is killed at the timeout, not stuck; as in SWT-bench, a timed-out
+    // pred_pre execution makes the instance an error and the executions after it are not run.
     let hang = append_test(
         "",
         "tests/test_hang.py",
@@ -192,10 +194,20 @@ async fn predictions_fall_into_their_categories() {
     );
     let o = evaluate(&f, &inst, pred(Some(hang)), 3).await;
     let d = details(&o);
-    assert!(!o.success);
+    assert_eq!(
+        (o.success, o.verdict.as_str(), o.error_class.as_str()),
+        (false, "error", "timeout:pred_pre"),
+        "{d:#}"
+    );
     assert!(
         d["note"].as_str().unwrap_or("").contains("timeout"),
         "{d:#}"
+    );
+    let executions = d["executions"].as_object().unwrap();
+    assert_eq!(executions["pred_pre"]["timed_out"], true, "{d:#}");
+    assert!(
+        !executions.contains_key("pred_post"),
+        "not run after the timeout: {d:#}"
     );
 
     // Paths outside the repository are refused before anything runs.

@@ -14,6 +14,10 @@ fn real_data() -> Option<PathBuf> {
     if dir.is_dir() {
         Some(dir)
     } else {
+        assert!(
+            std::env::var("REPROBENCH_REQUIRE_SHARED").as_deref() != Ok("1"),
+            "REPROBENCH_REQUIRE_SHARED=1 but ../shared is absent"
+        );
         println!("skipped: ../shared is absent");
         None
     }

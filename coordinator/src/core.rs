@@ -169,6 +169,8 @@ struct Lease {
     node: NodeIdx,
     epoch: u64,
     deadline: Instant,
+    /// When the attempt was granted (epoch ms), if this coordinator granted it.
+    granted_ms: Option<i64>,
 }
 
 struct RunMem {
@@ -277,6 +279,7 @@ impl Core {
                             node,
                             epoch: t.epoch,
                             deadline: grace,
+                            granted_ms: None,
                         },
                     );
                     resumed += 1;
@@ -965,8 +968,16 @@ impl Core {
             }
             return Ok(());
         }
-        self.leases.remove(&a.task_id);
+        let granted_ms = self.leases.remove(&a.task_id).and_then(|l| l.granted_ms);
         let now = now_ms();
+        let mut outcome = outcome;
+        // Executors that fail early (a bad payload, a sandbox error) send no times of their own.
+        if outcome.started_at_ms == 0 {
+            outcome.started_at_ms = granted_ms.unwrap_or(now);
+        }
+        if outcome.finished_at_ms == 0 {
+            outcome.finished_at_ms = now;
+        }
         let class = FailureClass::try_from(outcome.failure_class).unwrap_or(FailureClass::Infra);
         if class == FailureClass::Infra {
             let message = if outcome.error_message.is_empty() {
@@ -983,9 +994,19 @@ impl Core {
             };
             self.infra_failure(a.task_id, &cls, message, &node_id)?;
         } else {
-            self.store
-                .end_attempt(a.task_id, a.epoch, "finished", None, now)?;
             let errored = class != FailureClass::None || !outcome.error_class.is_empty();
+            let reason = errored.then(|| {
+                match (
+                    outcome.error_class.is_empty(),
+                    outcome.error_message.is_empty(),
+                ) {
+                    (false, false) => format!("{}: {}", outcome.error_class, outcome.error_message),
+                    (false, true) => outcome.error_class.clone(),
+                    _ => outcome.error_message.clone(),
+                }
+            });
+            self.store
+                .end_attempt(a.task_id, a.epoch, "finished", reason.as_deref(), now)?;
             let st = if outcome.success {
                 TaskState::Succeeded
             } else if errored {
@@ -1121,6 +1142,7 @@ impl Core {
                 node: n,
                 epoch,
                 deadline,
+                granted_ms: Some(now_ms()),
             },
         );
         let grant = Grant {

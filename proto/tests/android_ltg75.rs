@@ -17,6 +17,10 @@ fn shared_data(what: &str) -> Option<PathBuf> {
     if d.is_dir() {
         Some(d)
     } else {
+        assert!(
+            std::env::var("REPROBENCH_REQUIRE_SHARED").as_deref() != Ok("1"),
+            "REPROBENCH_REQUIRE_SHARED=1 but ../shared is absent"
+        );
         eprintln!("skipping {what}: {} is absent", d.display());
         None
     }

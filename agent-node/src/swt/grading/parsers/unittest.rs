@@ -55,7 +55,8 @@ fn test_id(head: &str) -> Option<String> {
     if !valid(name) || name.contains('.') || !valid(dotted) {
         return None;
     }
-    if !params.is_empty() && !(params.starts_with('(') && params.ends_with(')')) {
+    let params_ok = params.is_empty() || (params.starts_with('(') && params.ends_with(')'));
+    if !params_ok {
         return None;
     }
     Some(if dotted.ends_with(&format!(".{name}")) {
