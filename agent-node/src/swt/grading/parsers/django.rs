@@ -286,4 +286,87 @@ mod tests {
         check("ERROR:test_x (m.T)\n", &[("test_x (m.T)", Error)]);
         check("FAILED: test_x (m.T)\n", &[]);
     }
+
+    /// SWT-bench's two expressions run by a backtracking engine (look-aheads included), with
+    /// Python's `\s`, over texts from words that matter to them: the direct computation above
+    /// must find the same ids and statuses.
+    #[test]
+    fn agrees_with_the_backtracking_expression_on_generated_logs() {
+        use crate::swt::grading::pytext::{NON_SPACE_CLASS, SPACE_CLASS};
+        use reprobench_proto::synthetic::SplitMix64;
+        let main = fancy_regex::RegexBuilder::new(&format!(
+            r"(?P<testname>\b(test|app_unmigrated)({NON_SPACE_CLASS}*){SPACE_CLASS}+\([^)]*\))((.|\n)(?!\.\.\.))*{SPACE_CLASS}*\.\.\.((.|\n)(?!\b(test_|app_unmigrated|OK|ok|FAILED|ERROR|skipped)\b))*{SPACE_CLASS}*\b(?P<status>OK|ok|FAILED|ERROR|skipped)\b"
+        ))
+        .backtrack_limit(100_000_000)
+        .build()
+        .unwrap();
+        let line = regex::Regex::new(&format!(
+            r"\b(test_|app_unmigrated)({NON_SPACE_CLASS}*){SPACE_CLASS}+\([^)]*\)"
+        ))
+        .unwrap();
+        let reference = |log: &str| -> StatusMap {
+            let mut out = StatusMap::new();
+            for m in main.captures_iter(log) {
+                let m = m.unwrap();
+                out.insert(m["testname"].to_string(), status_of(&m["status"]).unwrap());
+            }
+            for l in log.split('\n') {
+                for (key, st) in [("ERROR", Error), ("FAIL", Failed)] {
+                    if l.starts_with(&format!("{key}:")) {
+                        let seg = l.split(key).nth(1).unwrap_or("");
+                        let found: Vec<_> = line.find_iter(seg).collect();
+                        if found.len() == 1 {
+                            out.insert(found[0].as_str().to_string(), st);
+                        }
+                    }
+                }
+            }
+            out
+        };
+        let words = [
+            "test_a",
+            "test_b",
+            "test",
+            "testing",
+            "test_",
+            "app_unmigrated",
+            " ",
+            "  ",
+            "\n",
+            "\t",
+            "\x1c",
+            "\u{a0}",
+            "(m.T)",
+            "(",
+            ")",
+            "...",
+            "....",
+            ".",
+            " ... ",
+            "ok",
+            "OK",
+            "okay",
+            "FAIL",
+            "FAIL:",
+            "FAILED",
+            "ERROR",
+            "ERROR:",
+            "skipped",
+            "x",
+            "_",
+            "y.z",
+        ];
+        let mut rng = SplitMix64::new(1729);
+        for case in 0..3000 {
+            let n = 1 + (rng.next_u64() % 40) as usize;
+            let log: String = (0..n)
+                .map(|_| words[(rng.next_u64() % words.len() as u64) as usize])
+                .collect();
+            assert_eq!(
+                parse(&log).statuses,
+                reference(&log),
+                "case {case}: {log:?}"
+            );
+        }
+    }
 }
