@@ -235,3 +235,60 @@ fn compare_exits_1_on_a_significant_drop_and_report_writes_one_html_file() {
         "self-contained"
     );
 }
+
+#[test]
+fn tables_and_compare_refuse_results_graded_under_different_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, rules: &str, success: bool| {
+        let rows: String = (0..4)
+            .map(|i| {
+                serde_json::json!({
+                    "run_id": name, "sweep": "s", "track": "swt", "dataset": "swt-lite",
+                    "instance_id": format!("o__r-{i}"), "repo_or_app": "o/r", "agent": "a",
+                    "variant": "full", "backbone": "", "repeat": 0, "success": success && i % 2 == 0,
+                    "verdict": "resolved", "rules": rules,
+                })
+                .to_string()
+                    + "\n"
+            })
+            .collect();
+        let p = dir.path().join(format!("{name}.jsonl"));
+        std::fs::write(&p, rows).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let new = write("new", "swt-bench-2025-09", true);
+    let old = write("old", "swt-bench-2024", true);
+    let run = |args: &[&str]| Command::new(bin()).args(args).output().unwrap();
+    let refused = run(&["tables", "--results", &new, &old, "--kind", "main"]);
+    assert!(!refused.status.success());
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        why.contains("swt-bench-2024") && why.contains("--mixed-rules"),
+        "{why}"
+    );
+    let allowed = run(&[
+        "tables",
+        "--results",
+        &new,
+        &old,
+        "--kind",
+        "main",
+        "--mixed-rules",
+    ]);
+    assert!(
+        allowed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&allowed.stderr)
+    );
+    let refused = run(&["compare", "--results", &new, "--baseline", &old]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--mixed-rules"));
+    let same = write("same", "swt-bench-2025-09", true);
+    let ok = run(&["compare", "--results", &new, "--baseline", &same]);
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
