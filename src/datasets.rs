@@ -705,3 +705,85 @@ mod fetch_tests {
         );
     }
 }
+
+/// `datasets import`: unpacks bare-repository tarballs (`OWNER__NAME.git.tar.gz`) into `repos`.
+pub fn import_mirrors(paths: &[PathBuf], repos: &Path) -> Result<()> {
+    let mut tarballs = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("cannot read {}", p.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|f| f.to_string_lossy().ends_with(".git.tar.gz"))
+                .collect();
+            found.sort();
+            if found.is_empty() {
+                bail!("{}: no OWNER__NAME.git.tar.gz in it", p.display());
+            }
+            tarballs.extend(found);
+        } else if p.to_string_lossy().ends_with(".git.tar.gz") {
+            tarballs.push(p.clone());
+        } else {
+            bail!(
+                "{}: not a mirror tarball; give OWNER__NAME.git.tar.gz files (a bare repository each) or a directory of them",
+                p.display()
+            );
+        }
+    }
+    std::fs::create_dir_all(repos).with_context(|| format!("cannot create {}", repos.display()))?;
+    for t in &tarballs {
+        let file = t
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let name = file.trim_end_matches(".tar.gz").to_string();
+        let dest = repos.join(&name);
+        if dest.join("HEAD").is_file() {
+            println!("{name}: already in {}", repos.display());
+            continue;
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix(".import-")
+            .tempdir_in(repos)
+            .with_context(|| format!("cannot create a directory in {}", repos.display()))?;
+        let status = std::process::Command::new("tar")
+            .arg("-xzf")
+            .arg(t)
+            .arg("-C")
+            .arg(tmp.path())
+            .status()
+            .context("cannot run tar")?;
+        if !status.success() {
+            bail!("{}: tar could not unpack it ({status})", t.display());
+        }
+        let unpacked = tmp.path().join(&name);
+        let bare = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&unpacked)
+            .args(["rev-parse", "--is-bare-repository"])
+            .output()
+            .context("cannot run git")?;
+        if String::from_utf8_lossy(&bare.stdout).trim() != "true" {
+            bail!(
+                "{}: it does not hold a bare repository named {name}; make it with `tar -czf {file} {name}` from the directory above the mirror",
+                t.display()
+            );
+        }
+        std::fs::rename(&unpacked, &dest)
+            .with_context(|| format!("cannot move the mirror to {}", dest.display()))?;
+        let commits = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&dest)
+            .args(["rev-list", "--all", "--count"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
+        println!(
+            "{name}: imported into {} ({commits} commits)",
+            repos.display()
+        );
+    }
+    Ok(())
+}

@@ -389,6 +389,17 @@ enum DatasetsCommand {
         #[arg(long, value_name = "DIR")]
         repos: Option<PathBuf>,
     },
+    /// Unpack repository mirrors given as tarballs (`OWNER__NAME.git.tar.gz`, a bare repository
+    /// each; a directory of them is taken whole) into the mirror directory, for machines that
+    /// cannot clone from GitHub. Mirrors already there are kept.
+    Import {
+        /// Tarballs, or directories holding them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Mirror directory [default: DATASETS/repos].
+        #[arg(long, value_name = "DIR")]
+        repos: Option<PathBuf>,
+    },
     /// Download a dataset's rows and environment specs and mirror its repositories (SWT), or
     /// its bug reports from the GitHub issues API (android-ltg75; GITHUB_TOKEN is used when set,
     /// REPROBENCH_GITHUB_API overrides the API base; files already there are kept).
@@ -731,6 +742,7 @@ async fn datasets_command(a: DatasetsArgs) -> Result<std::process::ExitCode> {
             }
         }
         DatasetsCommand::Prepare { name, repos: r } => datasets::prepare(&name, &dir, &repos(r))?,
+        DatasetsCommand::Import { paths, repos: r } => datasets::import_mirrors(&paths, &repos(r))?,
         DatasetsCommand::Fetch { name, repos: r } => {
             datasets::fetch(&name, &dir, &repos(r)).await?
         }

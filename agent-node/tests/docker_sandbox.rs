@@ -122,6 +122,7 @@ fn recipe(mirror: PathBuf, commit: String, python: String) -> EnvRecipe {
         packages: vec![],
         pre_install: vec!["echo pre > PRE_INSTALLED".into()],
         install: String::new(),
+        ..Default::default()
     }
 }
 

@@ -10,6 +10,7 @@ pub mod grading;
 pub mod kind;
 pub mod sweep;
 pub mod swt;
+pub mod swt_bench;
 pub mod synthetic;
 pub mod time;
 

@@ -64,9 +64,28 @@ pub struct EnvSpec {
     /// Log parser name (`pytest`, `unittest`, or a per-repo parser).
     #[serde(default = "default_parser")]
     pub log_parser: String,
-    /// How test files are named on the command line: `paths` (tests/test_x.py) or `modules` (tests.test_x).
+    /// How test files are named on the command line: `paths` (tests/test_x.py), `modules`
+    /// (tests.test_x), or `swt-bench` (SWT-bench's: every file of the test patch but data files,
+    /// django's as modules).
     #[serde(default = "default_directives")]
     pub test_directives: String,
+    /// pip requirement specifiers installed after `packages` (SWT-bench's `pip_packages`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pip_packages: Vec<String>,
+    /// Requirement files of the repository at the instance's environment-setup commit, the first
+    /// that exists installed with its `-r` includes (SWT-bench's `packages: requirements.txt`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub requirements_files: Vec<String>,
+    /// Shell lines run before each test command (SWT-bench's `eval_commands`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub eval_commands: Vec<String>,
+    /// Environment variables of the install and test commands.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env_vars: BTreeMap<String, String>,
+    /// Parts of the upstream spec this environment does not reproduce, in words (reported with
+    /// every result of the instance).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
 }
 
 fn default_python() -> String {
@@ -82,7 +101,15 @@ fn default_directives() -> String {
 impl EnvSpec {
     /// Content hash of the environment layer (Python and packages): the scheduler's affinity key.
     pub fn env_key(&self) -> String {
-        env_key(&self.python, &self.packages)
+        let mut packages = self.packages.clone();
+        if !self.pip_packages.is_empty() || !self.requirements_files.is_empty() {
+            // Kept apart so that specs without them hash as they always did.
+            packages.push("--pip-packages".into());
+            packages.extend(self.pip_packages.iter().cloned());
+            packages.push("--requirements".into());
+            packages.extend(self.requirements_files.iter().cloned());
+        }
+        env_key(&self.python, &packages)
     }
 }
 
@@ -709,6 +736,7 @@ pub fn load_dataset(
         excluded: 0,
     };
     let mut seen = std::collections::BTreeSet::new();
+    let swt_bench = crate::swt_bench::SwtBenchSpecs::load(datasets_dir)?;
     for mut inst in parsed.rows {
         if excluded_ids.contains(inst.instance_id.as_str()) {
             out.excluded += 1;
@@ -723,9 +751,20 @@ pub fn load_dataset(
             });
             continue;
         }
-        match env_for(&inst, &env_map) {
+        // The dataset's own map first, then SWT-bench's specs for its repositories.
+        let env = env_for(&inst, &env_map).cloned().or_else(|e| {
+            swt_bench
+                .as_ref()
+                .and_then(|s| s.env(&inst.repo, &inst.version))
+                .ok_or_else(|| {
+                    format!(
+                        "{e}, or to SWT-bench's specs ({})",
+                        crate::swt_bench::SwtBenchSpecs::path(datasets_dir).display()
+                    )
+                })
+        });
+        match env {
             Ok(env) => {
-                let env = env.clone();
                 inst.env = Some(env);
                 out.instances.push(inst);
             }

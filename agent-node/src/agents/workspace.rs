@@ -232,6 +232,8 @@ impl Workspace for SandboxWorkspace {
             test_cmd: &self.test_cmd,
             directives: &directives,
             nonce: &nonce,
+            env: &[],
+            setup: &[],
         });
         let out = self
             .sandbox

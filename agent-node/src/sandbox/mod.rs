@@ -12,7 +12,7 @@ pub mod docker;
 pub mod process;
 
 /// Everything needed to build the environment an instance's executions run in.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct EnvRecipe {
     /// `owner/name`.
     pub repo: String,
@@ -28,12 +28,26 @@ pub struct EnvRecipe {
     pub pre_install: Vec<String>,
     /// Shell command that installs the repository into the environment ("" for none).
     pub install: String,
+    /// A requirements file's text, installed with `pip install -r` after `packages`.
+    pub requirements: Option<String>,
+    /// pip requirement specifiers installed last (pins over what came before).
+    pub pip_packages: Vec<String>,
+    /// Environment variables of the install commands and of the executions.
+    pub env_vars: Vec<(String, String)>,
 }
 
 impl EnvRecipe {
-    /// Content hash of the environment layer (Python and packages): the scheduler's affinity key.
+    /// Content hash of the environment layer (Python and its packages).
     pub fn env_key(&self) -> String {
-        reprobench_proto::swt::env_key(&self.python, &self.packages)
+        let mut packages = self.packages.clone();
+        if self.requirements.is_some() || !self.pip_packages.is_empty() {
+            // Kept apart so that recipes without them hash as they always did.
+            packages.push("--requirements".into());
+            packages.extend(self.requirements.iter().cloned());
+            packages.push("--pip-packages".into());
+            packages.extend(self.pip_packages.iter().cloned());
+        }
+        reprobench_proto::swt::env_key(&self.python, &packages)
     }
 
     /// Content hash of the instance layer (environment + repository at the base commit + install).
@@ -47,6 +61,10 @@ impl EnvRecipe {
             h.add(c);
         }
         h.add(&self.install);
+        for (k, v) in &self.env_vars {
+            h.add(k);
+            h.add(v);
+        }
         format!("{:016x}", h.0)
     }
 }
@@ -195,6 +213,7 @@ mod tests {
             packages: vec!["pytest".into()],
             pre_install: vec![],
             install: String::new(),
+            ..Default::default()
         }
     }
 

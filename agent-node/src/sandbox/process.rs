@@ -103,50 +103,240 @@ fn run_setup(cmd: &mut std::process::Command, what: &str) -> Result<(), String> 
     ))
 }
 
-/// A host interpreter of the wanted `major.minor` (`python3.X` or `python3` on PATH, or in
-/// /usr/bin, /usr/local/bin). With `public`, only one that `nobody` can run (its binary and its
-/// standard library reachable), since executions then run as `nobody`.
-fn find_python(wanted: &str, public: bool) -> Result<String, SandboxError> {
+/// An interpreter a virtualenv can be made from.
+#[derive(Debug, Clone, PartialEq)]
+struct Interpreter {
+    /// The binary.
+    exe: PathBuf,
+    /// Its shared libraries, when it is a copy whose built-in library path points elsewhere.
+    lib_dir: Option<PathBuf>,
+}
+
+/// Whether a probed `major.minor` satisfies a wanted version: `3.9` wants exactly 3.9, `3`
+/// (SWE-bench's "any Python 3") any 3.x.
+fn version_matches(wanted: &str, found: &str) -> bool {
+    let wanted = wanted.trim();
+    match wanted.split_once('.') {
+        Some(_) => found == wanted || found.starts_with(&format!("{wanted}.")),
+        None => found.split('.').next() == Some(wanted),
+    }
+}
+
+/// Where pyenv keeps its interpreters: `$PYENV_ROOT/versions/*`, `~/.pyenv/versions/*`.
+fn pyenv_versions() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    if let Some(home) = std::env::var_os("HOME") {
+        roots.push(PathBuf::from(home).join(".pyenv"));
+    }
+    let mut out = Vec::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(root.join("versions")) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path().join("bin")).collect();
+        dirs.sort();
+        dirs.reverse(); // newest patch release first
+        out.extend(dirs);
+    }
+    out
+}
+
+/// (major.minor, base prefix, executable) of an interpreter, if it runs.
+fn probe(candidate: &Path) -> Option<(String, PathBuf, PathBuf)> {
+    let out = std::process::Command::new(candidate)
+        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.base_prefix); print(sys.executable)"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut lines = text.lines();
+    Some((
+        lines.next()?.to_string(),
+        PathBuf::from(lines.next()?),
+        PathBuf::from(lines.next()?),
+    ))
+}
+
+/// A copy of an interpreter's whole prefix under `cache/pythons`, readable by everyone, for an
+/// unprivileged execution user that cannot reach the original (pyenv's under /root). Its
+/// libraries come first on `LD_LIBRARY_PATH`, since such builds name their own by absolute path.
+fn public_copy(cache: &Path, prefix: &Path, exe: &Path) -> Result<Interpreter, SandboxError> {
+    let name = format!(
+        "{}-{}",
+        prefix.file_name().unwrap_or_default().to_string_lossy(),
+        &reprobench_proto::swt::env_key(&prefix.display().to_string(), &[])[..8]
+    );
+    let root = cache.join("pythons");
+    let dir = root.join(&name);
+    let rel = exe.strip_prefix(prefix).map_err(|_| {
+        infra(
+            "copying the interpreter",
+            "its binary is outside its prefix",
+        )
+    })?;
+    let interpreter = Interpreter {
+        exe: dir.join(rel),
+        lib_dir: Some(dir.join("lib")),
+    };
+    if dir.join(".reprobench-ready").exists() {
+        return Ok(interpreter);
+    }
+    std::fs::create_dir_all(&root).map_err(|e| infra("creating the interpreter cache", e))?;
+    let _lock = FileLock::acquire(&root.join(format!("{name}.lock")))?;
+    if dir.join(".reprobench-ready").exists() {
+        return Ok(interpreter);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    run_setup(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(prefix)
+            .arg(&dir),
+        &format!("copying {} for the execution user", prefix.display()),
+    )
+    .map_err(SandboxError::Infra)?;
+    run_setup(
+        std::process::Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(&dir),
+        "making the interpreter copy readable",
+    )
+    .map_err(SandboxError::Infra)?;
+    std::fs::write(dir.join(".reprobench-ready"), b"")
+        .map_err(|e| infra("marking the interpreter copy ready", e))?;
+    Ok(interpreter)
+}
+
+/// A host interpreter of the wanted version: `pythonX.Y`/`python3` on PATH, in /usr/local/bin
+/// and /usr/bin, then pyenv's. With `public` (executions run unprivileged) one that user can run;
+/// failing that, a copy of one it cannot reach.
+fn find_python(wanted: &str, public: bool, cache: &Path) -> Result<Interpreter, SandboxError> {
     let names = [format!("python{wanted}"), "python3".to_string()];
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
         .unwrap_or_default();
     dirs.extend(["/usr/local/bin", "/usr/bin"].map(PathBuf::from));
+    dirs.extend(pyenv_versions());
+    let mut unreachable: Option<(PathBuf, PathBuf)> = None;
+    let mut seen = std::collections::BTreeSet::new();
     for dir in &dirs {
         for name in &names {
             let candidate = dir.join(name);
             if !candidate.is_file() {
                 continue;
             }
-            let out = std::process::Command::new(&candidate)
-                .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.base_prefix); print(sys.executable)"])
-                .output();
-            let Ok(out) = out else { continue };
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            let mut lines = text.lines();
-            let (Some(version), Some(prefix), Some(exe)) =
-                (lines.next(), lines.next(), lines.next())
-            else {
+            let Some((version, prefix, exe)) = probe(&candidate) else {
                 continue;
             };
-            if !out.status.success() || version != wanted {
+            if !version_matches(wanted, &version) || !seen.insert(exe.clone()) {
                 continue;
             }
-            if public && !(nobody_can_reach(Path::new(prefix)) && nobody_can_reach(Path::new(exe)))
-            {
+            if public && !(nobody_can_reach(&prefix) && nobody_can_reach(&exe)) {
+                unreachable.get_or_insert((prefix, exe));
                 continue;
             }
-            return Ok(exe.to_string());
+            return Ok(Interpreter { exe, lib_dir: None });
         }
     }
-    let who = if public {
-        " that the unprivileged user `nobody` can run"
-    } else {
-        ""
-    };
+    if let Some((prefix, exe)) = unreachable {
+        return public_copy(cache, &prefix, &exe);
+    }
     Err(SandboxError::BadInput(format!(
-        "the instance wants Python {wanted}, and this machine has no such interpreter{who} (looked for python{wanted} and python3 on PATH, /usr/local/bin, /usr/bin); install it, or use the docker executor with a base image that has it"
+        "the instance wants Python {wanted}, and this machine has no such interpreter (looked for python{wanted} and python3 on PATH, in /usr/local/bin, /usr/bin and pyenv's versions); install it (e.g. `pyenv install {wanted}`), or use the docker executor, which builds a base image per Python version"
     )))
+}
+
+/// An exclusive lock on a file, held until dropped: node processes sharing a cache directory
+/// build each environment once.
+struct FileLock {
+    _held: std::fs::File,
+}
+
+impl FileLock {
+    fn acquire(path: &Path) -> Result<FileLock, SandboxError> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)
+            .map_err(|e| infra(&format!("opening the lock {}", path.display()), e))?;
+        // SAFETY: flock on a file descriptor we own.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(infra("locking", std::io::Error::last_os_error()));
+        }
+        Ok(FileLock { _held: f })
+    }
+}
+
+/// Environment of commands run with a virtualenv: its `bin` first, the interpreter's libraries.
+fn venv_env(venv: &Path) -> Vec<(String, String)> {
+    let mut env = vec![
+        (
+            "PATH".to_string(),
+            format!(
+                "{}/bin:{}",
+                venv.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        ),
+        ("VIRTUAL_ENV".to_string(), venv.display().to_string()),
+    ];
+    env.extend(read_env_file(&venv.join(ENV_FILE)));
+    env
+}
+
+/// A venv's extra environment (the interpreter's `LD_LIBRARY_PATH`), `KEY=VALUE` per line.
+const ENV_FILE: &str = ".reprobench-env";
+
+fn read_env_file(path: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn pip_install(
+    venv: &Path,
+    args: &[String],
+    what: &str,
+    env: &[(String, String)],
+) -> Result<(), SandboxError> {
+    let result = run_setup(
+        std::process::Command::new(venv.join("bin/python"))
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-input",
+            ])
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v))),
+        what,
+    );
+    result.map_err(|e| {
+        // A resolver error names the package; anything else (no network, index down) is infrastructure.
+        let bad = e.contains("No matching distribution")
+            || e.contains("Could not find a version")
+            || e.contains("ResolutionImpossible")
+            || e.contains("requires a different Python");
+        if bad {
+            SandboxError::BadInput(e)
+        } else {
+            SandboxError::Infra(e)
+        }
+    })
 }
 
 fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBuf, SandboxError> {
@@ -156,54 +346,110 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
     } else {
         recipe.env_key()
     };
-    let dir = cache.join("venvs").join(&name);
+    let root = cache.join("venvs");
+    let dir = root.join(&name);
     if dir.join(".reprobench-ready").exists() {
         return Ok(dir);
     }
-    let python = find_python(&recipe.python, public)?;
-    let tmp = cache
-        .join("venvs")
-        .join(format!("{name}.tmp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(tmp.parent().expect("has parent"))
-        .map_err(|e| infra("creating the venv cache", e))?;
-    run_setup(
-        std::process::Command::new(&python)
-            .args(["-m", "venv"])
-            .arg(&tmp),
-        "creating a virtualenv",
-    )
-    .map_err(SandboxError::Infra)?;
-    if !recipe.packages.is_empty() {
-        let pip = tmp.join("bin/pip");
-        let result = run_setup(
-            std::process::Command::new(pip)
-                .args([
-                    "install",
-                    "--quiet",
-                    "--disable-pip-version-check",
-                    "--no-input",
-                ])
-                .args(&recipe.packages),
-            &format!("pip install {}", recipe.packages.join(" ")),
-        );
-        if let Err(e) = result {
-            let _ = std::fs::remove_dir_all(&tmp);
-            // A resolver error names the package; anything else (no network, index down) is infrastructure.
-            let bad = e.contains("No matching distribution")
-                || e.contains("Could not find a version")
-                || e.contains("ResolutionImpossible");
-            return Err(if bad {
-                SandboxError::BadInput(e)
+    std::fs::create_dir_all(&root).map_err(|e| infra("creating the venv cache", e))?;
+    // Built in place under a lock, never moved: console scripts name their interpreter by path.
+    let _lock = FileLock::acquire(&root.join(format!("{name}.lock")))?;
+    if dir.join(".reprobench-ready").exists() {
+        return Ok(dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let python = find_python(&recipe.python, public, cache)?;
+    let lib_env: Vec<(String, String)> = python
+        .lib_dir
+        .iter()
+        .map(|l| ("LD_LIBRARY_PATH".to_string(), l.display().to_string()))
+        .collect();
+    let built = (|| {
+        run_setup(
+            std::process::Command::new(&python.exe)
+                .args(["-m", "venv"])
+                .arg(&dir)
+                .envs(lib_env.iter().map(|(k, v)| (k, v))),
+            "creating a virtualenv",
+        )
+        .map_err(SandboxError::Infra)?;
+        let env_text: String = lib_env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(dir.join(ENV_FILE), env_text)
+            .map_err(|e| infra("writing the venv's environment", e))?;
+        let env = venv_env(&dir);
+        if !recipe.packages.is_empty() {
+            let what = format!("pip install {}", recipe.packages.join(" "));
+            pip_install(&dir, &recipe.packages, &what, &env)?;
+        }
+        if let Some(reqs) = &recipe.requirements {
+            let file = dir.join("reprobench-requirements.txt");
+            std::fs::write(&file, reqs).map_err(|e| infra("writing the requirements", e))?;
+            let args = ["-r".to_string(), file.display().to_string()];
+            pip_install(
+                &dir,
+                &args,
+                "pip install -r (the repository's requirements)",
+                &env,
+            )?;
+        }
+        if !recipe.pip_packages.is_empty() {
+            let what = format!("pip install {}", recipe.pip_packages.join(" "));
+            pip_install(&dir, &recipe.pip_packages, &what, &env)?;
+        }
+        std::fs::write(dir.join(".reprobench-ready"), b"")
+            .map_err(|e| infra("marking the venv ready", e))
+    })();
+    if let Err(e) = built {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
+    }
+    Ok(dir)
+}
+
+/// What executions of a checkout need besides the venv, `KEY=VALUE` per line:
+/// `REPROBENCH_EDITABLE` (paths of the checkout, `:`-separated, that editable installs
+/// registered; the same paths of the execution's copy go first on `PYTHONPATH`).
+const EXEC_ENV_FILE: &str = ".git/reprobench-exec-env";
+
+/// Directories of `template` that an editable install made importable: paths in the venv's
+/// `.pth` and `.egg-link` files, and the parents of the packages setuptools' editable finders map.
+fn editable_roots(venv: &Path, template: &Path) -> Vec<String> {
+    let mut roots = std::collections::BTreeSet::new();
+    let template = template.display().to_string();
+    let Ok(libs) = std::fs::read_dir(venv.join("lib")) else {
+        return vec![];
+    };
+    for lib in libs.flatten() {
+        let Ok(entries) = std::fs::read_dir(lib.path().join("site-packages")) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let finder = name.starts_with("__editable__") && name.ends_with("_finder.py");
+            if !(name.ends_with(".pth") || name.ends_with(".egg-link") || finder) {
+                continue;
+            }
+            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+            if finder {
+                // MAPPING: dict = {'pkg': '/path/to/src/pkg', ...}
+                for piece in text.split(['\'', '"']) {
+                    if let Some(rel) = piece.strip_prefix(&template) {
+                        let rel = rel.trim_start_matches('/');
+                        let parent = rel.rsplit_once('/').map_or(".", |(p, _)| p);
+                        roots.insert(parent.to_string());
+                    }
+                }
             } else {
-                SandboxError::Infra(e)
-            });
+                for line in text.lines() {
+                    if let Some(rel) = line.trim().strip_prefix(&template) {
+                        let rel = rel.trim_start_matches('/');
+                        roots.insert(if rel.is_empty() { "." } else { rel }.to_string());
+                    }
+                }
+            }
         }
     }
-    std::fs::write(tmp.join(".reprobench-ready"), b"")
-        .map_err(|e| infra("marking the venv ready", e))?;
-    install_dir(&tmp, &dir, ".reprobench-ready")?;
-    Ok(dir)
+    roots.into_iter().collect()
 }
 
 fn prepare_checkout(
@@ -211,13 +457,14 @@ fn prepare_checkout(
     recipe: &EnvRecipe,
     venv: &Path,
 ) -> Result<PathBuf, SandboxError> {
-    let dir = cache.join("checkouts").join(recipe.instance_key());
+    let root = cache.join("checkouts");
+    let dir = root.join(recipe.instance_key());
     if dir.join(".git/reprobench-ready").exists() {
         return Ok(dir);
     }
     if !recipe.mirror.is_dir() {
         return Err(SandboxError::BadInput(format!(
-            "no mirror of {} at {}; run `reprobench datasets prepare` (or `fetch`) for its dataset, or pass --repos DIR",
+            "no mirror of {} at {}; run `reprobench datasets prepare` (or `fetch`, or `import`) for its dataset, or pass --repos DIR",
             recipe.repo,
             recipe.mirror.display()
         )));
@@ -235,89 +482,70 @@ fn prepare_checkout(
         .map_err(|e| infra("running git (is it installed?)", e))?;
     if !has_commit.success() {
         return Err(SandboxError::BadInput(format!(
-            "commit {} of {} is not in the mirror {}; update the mirror (`reprobench datasets prepare`/`fetch`) or fix base_commit",
+            "commit {} of {} is not in the mirror {}; update the mirror (`reprobench datasets prepare`/`fetch`/`import`) or fix base_commit",
             recipe.base_commit,
             recipe.repo,
             recipe.mirror.display()
         )));
     }
-    let tmp = cache.join("checkouts").join(format!(
-        "{}.tmp-{}",
-        recipe.instance_key(),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(tmp.parent().expect("has parent"))
-        .map_err(|e| infra("creating the checkout cache", e))?;
-    run_setup(
-        std::process::Command::new("git")
-            .args(["clone", "-q", "--no-checkout"])
-            .arg(&recipe.mirror)
-            .arg(&tmp),
-        "git clone",
-    )
-    .map_err(SandboxError::Infra)?;
-    run_setup(
-        std::process::Command::new("git").arg("-C").arg(&tmp).args([
-            "checkout",
-            "-q",
-            "--detach",
-            &recipe.base_commit,
-        ]),
-        "git checkout",
-    )
-    .map_err(SandboxError::Infra)?;
-    let path = format!(
-        "{}/bin:{}",
-        venv.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    for cmd in recipe
-        .pre_install
-        .iter()
-        .chain(std::iter::once(&recipe.install))
-        .filter(|c| !c.trim().is_empty())
-    {
-        let r = run_setup(
-            std::process::Command::new("bash")
-                .args(["-c", cmd])
-                .current_dir(&tmp)
-                .env("PATH", &path)
-                .env("VIRTUAL_ENV", venv),
-            &format!("`{cmd}` in {}", recipe.repo),
+    std::fs::create_dir_all(&root).map_err(|e| infra("creating the checkout cache", e))?;
+    // Built in place under a lock, never moved: editable installs record the checkout's path.
+    let _lock = FileLock::acquire(&root.join(format!("{}.lock", recipe.instance_key())))?;
+    if dir.join(".git/reprobench-ready").exists() {
+        return Ok(dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let built = (|| {
+        run_setup(
+            std::process::Command::new("git")
+                .args(["clone", "-q", "--no-checkout"])
+                .arg(&recipe.mirror)
+                .arg(&dir),
+            "git clone",
+        )
+        .map_err(SandboxError::Infra)?;
+        run_setup(
+            std::process::Command::new("git").arg("-C").arg(&dir).args([
+                "checkout",
+                "-q",
+                "--detach",
+                &recipe.base_commit,
+            ]),
+            "git checkout",
+        )
+        .map_err(SandboxError::Infra)?;
+        let env = venv_env(venv);
+        for cmd in recipe
+            .pre_install
+            .iter()
+            .chain(std::iter::once(&recipe.install))
+            .filter(|c| !c.trim().is_empty())
+        {
+            run_setup(
+                std::process::Command::new("bash")
+                    .args(["-c", cmd])
+                    .current_dir(&dir)
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .envs(recipe.env_vars.iter().map(|(k, v)| (k, v))),
+                &format!("`{cmd}` in {}", recipe.repo),
+            )
+            .map_err(SandboxError::BadInput)?;
+        }
+        // The recipe's variables reach executions through their script.
+        let exec_env = format!(
+            "REPROBENCH_EDITABLE={}\n",
+            editable_roots(venv, &dir).join(":")
         );
-        if let Err(e) = r {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(SandboxError::BadInput(e));
-        }
+        std::fs::write(dir.join(EXEC_ENV_FILE), exec_env)
+            .map_err(|e| infra("writing the checkout's environment", e))?;
+        std::fs::write(dir.join(".git/reprobench-ready"), b"")
+            .map_err(|e| infra("marking the checkout ready", e))
+    })();
+    if let Err(e) = built {
+        let _ = std::fs::remove_dir_all(&dir);
+        return Err(e);
     }
-    std::fs::write(tmp.join(".git/reprobench-ready"), b"")
-        .map_err(|e| infra("marking the checkout ready", e))?;
-    install_dir(&tmp, &dir, ".git/reprobench-ready")?;
     Ok(dir)
-}
-
-/// Moves a finished `tmp` into place at `dir`. Other node processes on this machine may race to
-/// build the same directory: a ready `dir` is never removed (it may be in use); the loser drops its copy.
-fn install_dir(tmp: &Path, dir: &Path, marker: &str) -> Result<(), SandboxError> {
-    for _ in 0..2 {
-        match std::fs::rename(tmp, dir) {
-            Ok(()) => return Ok(()),
-            Err(_) if dir.join(marker).exists() => {
-                let _ = std::fs::remove_dir_all(tmp);
-                return Ok(());
-            }
-            // A leftover of a crashed build: clear it and try once more.
-            Err(_) => {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-        }
-    }
-    Err(SandboxError::Infra(format!(
-        "cannot move {} into place at {}",
-        tmp.display(),
-        dir.display()
-    )))
 }
 
 /// Limits applied in the child between fork and exec (only async-signal-safe calls there).
@@ -418,6 +646,22 @@ fn exec_blocking(
     let Some((program, args)) = req.command.split_first() else {
         return Err(SandboxError::BadInput("empty command".into()));
     };
+    // The checkout's variables; the execution's copy of every editable-install root first on
+    // PYTHONPATH, so imports resolve to the copy the patches went into.
+    let mut extra = read_env_file(&venv.join(ENV_FILE));
+    for (k, v) in read_env_file(&template.join(EXEC_ENV_FILE)) {
+        if k == "REPROBENCH_EDITABLE" {
+            if !v.is_empty() {
+                let paths: Vec<String> = v
+                    .split(':')
+                    .map(|r| work.path().join(r).display().to_string())
+                    .collect();
+                extra.push(("PYTHONPATH".into(), paths.join(":")));
+            }
+        } else {
+            extra.push((k, v));
+        }
+    }
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
         .current_dir(work.path())
@@ -431,6 +675,7 @@ fn exec_blocking(
         .env("TMPDIR", work.path())
         .env("LANG", "C.UTF-8")
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        .envs(extra.iter().map(|(k, v)| (k, v)))
         .envs(req.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
@@ -631,6 +876,7 @@ mod tests {
             packages: vec![],
             pre_install: vec![],
             install: String::new(),
+            ..Default::default()
         }
     }
 

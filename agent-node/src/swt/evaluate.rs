@@ -17,7 +17,7 @@ use crate::swt::case::{self, CaseFile};
 use crate::swt::grading::instance::{self, InstanceGrade, RUNS, RunInput};
 use crate::swt::grading::{Categories, Category, Family};
 use crate::swt::script::{self, PatchOutcome};
-use crate::swt::{patch, snippet};
+use crate::swt::{mirror, patch, snippet};
 use reprobench_proto::swt::{SwtAgent, SwtPayload, mirror_name};
 use reprobench_proto::time::now_ms;
 use reprobench_proto::v1::{FailureClass, Outcome};
@@ -187,6 +187,8 @@ impl SwtExecutor {
             test_cmd: &job.payload.env.test_cmd,
             directives: step.directives,
             nonce: &nonce,
+            env: &job.recipe.env_vars,
+            setup: &job.payload.env.eval_commands,
         };
         let (files, command) = script::build(&plan);
         let out = self
@@ -262,14 +264,45 @@ impl SwtExecutor {
             .join(&inst.instance_id)
             .join(format!("t{}-e{}", spec.attempt.task_id, spec.attempt.epoch));
         let _ = std::fs::create_dir_all(&artifact_dir);
+        let mirror = self.repos.join(mirror_name(&inst.repo));
+        let requirements = if payload.env.requirements_files.is_empty() {
+            None
+        } else {
+            let commit = if inst.environment_setup_commit.is_empty() {
+                &inst.base_commit
+            } else {
+                &inst.environment_setup_commit
+            };
+            match mirror::requirements_at(&mirror, commit, &payload.env.requirements_files) {
+                Ok(text) => Some(text),
+                Err(e) => {
+                    return outcome_error(
+                        FailureClass::BadInput,
+                        "bad_input:environment",
+                        format!(
+                            "{}: {e}; the environment spec installs from that file (update the mirror with `reprobench datasets import`)",
+                            inst.instance_id
+                        ),
+                    );
+                }
+            }
+        };
         let recipe = EnvRecipe {
             repo: inst.repo.clone(),
-            mirror: self.repos.join(mirror_name(&inst.repo)),
+            mirror,
             base_commit: inst.base_commit.clone(),
             python: payload.env.python.clone(),
             packages: payload.env.packages.clone(),
             pre_install: payload.env.pre_install.clone(),
             install: payload.env.install.clone(),
+            requirements,
+            pip_packages: payload.env.pip_packages.clone(),
+            env_vars: payload
+                .env
+                .env_vars
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
         };
         let limits = Limits {
             cpus: payload.limits.cpus,
@@ -369,6 +402,8 @@ impl SwtExecutor {
                 patch
             }
         };
+        // The prediction's patch as SWT-bench evaluates it (line breaks, binary diffs, final newline).
+        let test_patch = test_patch.map(|p| patch::swt_bench_model_patch(&p));
         if let Some(p) = &test_patch {
             let _ = std::fs::write(artifact_dir.join("test.patch"), p);
         }
@@ -448,16 +483,26 @@ impl SwtExecutor {
                 );
             }
         };
-        let directives = patch::test_directives(&files, &payload.env.test_directives);
+        let style = payload.env.test_directives.as_str();
+        let swt_bench_style = style == reprobench_proto::swt_bench::SWT_BENCH_DIRECTIVES;
+        let directives = if swt_bench_style {
+            patch::swt_bench_directives(test_patch.as_deref().unwrap_or(""), &inst.repo)
+        } else {
+            patch::test_directives(&files, style)
+        };
         report["test_directives"] = serde_json::json!(directives);
         if directives.is_empty() {
             report["note"] = "the test patch touches no Python file: no test to run".into();
             return finish(report, false, "unresolved", None);
         }
         // SWT-bench runs the golden test patch's own test files in the gold runs.
-        let gold_directives = patch::validate(Some(&inst.test_patch))
-            .map(|f| patch::test_directives(&f, &payload.env.test_directives))
-            .unwrap_or_default();
+        let gold_directives = if swt_bench_style {
+            patch::swt_bench_directives(&inst.test_patch, &inst.repo)
+        } else {
+            patch::validate(Some(&inst.test_patch))
+                .map(|f| patch::test_directives(&f, style))
+                .unwrap_or_default()
+        };
         report["gold_test_directives"] = serde_json::json!(gold_directives);
         let prepared = tokio::select! {
             p = self.sandbox.prepare(&recipe) => match p {

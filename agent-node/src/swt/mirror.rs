@@ -206,3 +206,83 @@ mod tests {
         assert!(again[0].already_present);
     }
 }
+
+/// A file of `mirror` at `commit`, `None` when the commit has no such file.
+pub fn file_at(mirror: &Path, commit: &str, path: &str) -> Option<String> {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(mirror)
+        .args(["show", &format!("{commit}:{path}")])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The requirements of a repository at `commit` as SWT-bench assembles them: the first of
+/// `paths` that exists, its `-r FILE` includes (relative to its directory) inlined first, and
+/// lines starting with `-e .`, `#` or `.[test` left out.
+pub fn requirements_at(mirror: &Path, commit: &str, paths: &[String]) -> Result<String, String> {
+    let (path, text) = paths
+        .iter()
+        .find_map(|p| file_at(mirror, commit, p).map(|t| (p.clone(), t)))
+        .ok_or_else(|| {
+            format!(
+                "no requirements file at {} in commit {commit} of {}",
+                paths.join(" or "),
+                mirror.display()
+            )
+        })?;
+    Ok(assemble_requirements(&path, &text, |included| {
+        file_at(mirror, commit, included)
+    }))
+}
+
+/// SWT-bench's `get_requirements_by_commit` over a file and a reader of its includes. Pure.
+fn assemble_requirements(path: &str, text: &str, read: impl Fn(&str) -> Option<String>) -> String {
+    let excluded = |line: &str| {
+        let t = line.trim();
+        t.starts_with("-e .") || t.starts_with('#') || t.starts_with(".[test")
+    };
+    let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
+    let (mut included, mut own) = (Vec::new(), Vec::new());
+    for line in text.split('\n') {
+        if let Some(file) = line.trim().strip_prefix("-r") {
+            let file = file.trim();
+            let full = if dir.is_empty() {
+                file.to_string()
+            } else {
+                format!("{dir}/{file}")
+            };
+            if let Some(extra) = read(&full) {
+                included.extend(
+                    extra
+                        .split('\n')
+                        .filter(|l| !excluded(l))
+                        .map(str::to_string),
+                );
+            }
+        } else if !excluded(line) {
+            own.push(line.to_string());
+        }
+    }
+    included.push(own.join("\n"));
+    included.join("\n")
+}
+
+#[cfg(test)]
+mod requirements_tests {
+    use super::assemble_requirements;
+
+    #[test]
+    fn includes_come_first_and_editables_and_comments_go() {
+        let got = assemble_requirements(
+            "requirements/dev.txt",
+            "# dev\n-r tests.txt\n-e .\nblack==23.1\n",
+            |p| (p == "requirements/tests.txt").then(|| "pytest==7.3\n# c\n.[test]\n".into()),
+        );
+        assert_eq!(got, "pytest==7.3\n\nblack==23.1\n");
+    }
+}

@@ -167,7 +167,70 @@ pub fn validate(patch: Option<&str>) -> Result<Vec<DiffFile>, PatchProblem> {
 
 /// Test directives for the runner: the Python files the test patch leaves in place, as paths
 /// (`tests/test_x.py`) or dotted modules (`tests.test_x`).
+/// A prediction's patch as SWT-bench evaluates it (`remove_binary_diffs`): Python's line breaks
+/// become `\n`, the diffs of files with `Binary files` in them are left out, and it ends with a
+/// newline (so an empty prediction becomes `"\n"`).
+pub fn swt_bench_model_patch(patch: &str) -> String {
+    let lines = crate::swt::grading::pytext::splitlines(patch);
+    let mut kept: Vec<String> = Vec::new();
+    let mut current: Vec<&str> = Vec::new();
+    let mut skip = false;
+    for line in lines.iter().copied().chain(std::iter::once("diff --git")) {
+        if line.starts_with("diff --git") {
+            if !current.is_empty() && !skip {
+                kept.push(current.join("\n"));
+            }
+            current.clear();
+            skip = false;
+        }
+        if line.contains("Binary files") {
+            skip = true;
+        }
+        current.push(line);
+    }
+    kept.join("\n") + "\n"
+}
+
+/// Endings SWT-bench drops from test directives (its `NON_TEST_EXTS`; `csv` has no dot there).
+const NON_TEST_ENDINGS: [&str; 11] = [
+    ".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml",
+];
+
+/// SWT-bench's test directives of a patch (`get_test_directives`): the `b/` path of every
+/// `diff --git` header, in order, data files left out; django's as dotted modules without
+/// `tests/`.
+pub fn swt_bench_directives(patch: &str, repo: &str) -> Vec<String> {
+    patch
+        .split('\n')
+        .filter_map(|line| {
+            let rest = line.strip_prefix("diff --git a/")?;
+            let (_, b) = rest.rsplit_once(" b/")?;
+            Some(b.to_string())
+        })
+        .filter(|d| !NON_TEST_ENDINGS.iter().any(|e| d.ends_with(e)))
+        .map(|d| {
+            if repo == "django/django" {
+                let d = d.strip_suffix(".py").unwrap_or(&d);
+                let d = d.strip_prefix("tests/").unwrap_or(d);
+                d.replace('/', ".")
+            } else {
+                d
+            }
+        })
+        .collect()
+}
+
+/// Test directives of a patch's files in a named style (`paths`, `modules`, `swt-bench`, the
+/// last as [`swt_bench_directives`] for files already parsed).
 pub fn test_directives(files: &[DiffFile], style: &str) -> Vec<String> {
+    if style == reprobench_proto::swt_bench::SWT_BENCH_DIRECTIVES {
+        return files
+            .iter()
+            .filter_map(|f| f.new.as_ref().or(f.old.as_ref()))
+            .filter(|d| !NON_TEST_ENDINGS.iter().any(|e| d.ends_with(e)))
+            .cloned()
+            .collect();
+    }
     let mut out: Vec<String> = files
         .iter()
         .filter_map(|f| f.new.as_ref())
@@ -210,6 +273,43 @@ pub fn new_file_diff(path: &str, contents: &str) -> String {
         patch.push_str("\\ No newline at end of file\n");
     }
     patch
+}
+
+#[cfg(test)]
+mod directive_tests {
+    use super::{swt_bench_directives, swt_bench_model_patch};
+
+    #[test]
+    fn model_patches_are_normalised_as_swt_bench_does() {
+        assert_eq!(swt_bench_model_patch(""), "\n");
+        assert_eq!(
+            swt_bench_model_patch("diff --git a/t.py b/t.py\r\n+x"),
+            "diff --git a/t.py b/t.py\n+x\n"
+        );
+        let with_binary =
+            "diff --git a/a.png b/a.png\nBinary files differ\ndiff --git a/t.py b/t.py\n+y\n";
+        assert_eq!(
+            swt_bench_model_patch(with_binary),
+            "diff --git a/t.py b/t.py\n+y\n"
+        );
+    }
+
+    #[test]
+    fn swt_bench_directives_are_its_headers_without_data_files() {
+        let patch = "diff --git a/tests/test_a.py b/tests/test_a.py\n--- a/x\n+++ b/x\n\
+                     diff --git a/tests/data.json b/tests/data.json\n\
+                     diff --git a/old name.py b/new b/name.py\n\
+                     diff --git a/t.csv b/t.csv\n";
+        assert_eq!(
+            swt_bench_directives(patch, "psf/requests"),
+            vec!["tests/test_a.py", "name.py"]
+        );
+        let django = "diff --git a/tests/admin_views/tests.py b/tests/admin_views/tests.py\n";
+        assert_eq!(
+            swt_bench_directives(django, "django/django"),
+            vec!["admin_views.tests"]
+        );
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! back. Pure.
 //!
 //! As SWT-bench's evaluation script does, it applies the golden code patch ("post" runs) and
-//! then the test patch, each with `git apply -v` whose output goes to the log, goes on when one
+//! then the test patch (each with one more final newline, as SWT-bench's here-document gives
+//! it), each with `git apply -v` whose output goes to the log, goes on when one
 //! does not apply, and runs the test command with the test directives. It adds what SWT-bench
 //! lacks, on lines of its own that carry a per-execution nonce (so the code under test cannot
 //! forge them) and that the grader removes before it reads the log: each patch's `git apply`
@@ -29,6 +30,10 @@ pub struct Plan<'a> {
     pub directives: &'a [String],
     /// Random marker text, unknown to the code under test.
     pub nonce: &'a str,
+    /// Environment variables exported before anything runs.
+    pub env: &'a [(String, String)],
+    /// Shell lines run before the patches (SWT-bench's `eval_commands`).
+    pub setup: &'a [String],
 }
 
 fn shell_quote(s: &str) -> String {
@@ -49,15 +54,27 @@ pub fn build(plan: &Plan<'_>) -> (Vec<InputFile>, Vec<String>) {
     for (label, patch) in [("code", plan.code_patch), ("test", plan.test_patch)] {
         if let Some(p) = patch {
             let name = format!("{HARNESS_DIR}/{label}.patch");
+            // SWT-bench feeds each patch to `git apply` through a here-document, which ends it
+            // with one more newline.
             files.push(InputFile {
                 path: name.clone(),
-                contents: p.as_bytes().to_vec(),
+                contents: format!("{p}\n").into_bytes(),
                 mode: 0o644,
             });
             steps.push_str(&format!("apply {label} {name}\n"));
         }
     }
     let directives: Vec<String> = plan.directives.iter().map(|d| shell_quote(d)).collect();
+    let mut prelude = String::new();
+    for (k, v) in plan.env {
+        if k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !k.is_empty() {
+            prelude.push_str(&format!("export {k}={}\n", shell_quote(v)));
+        }
+    }
+    for line in plan.setup {
+        prelude.push_str(line);
+        prelude.push('\n');
+    }
     let script = format!(
         r#"#!/bin/bash
 # reprobench SWT execution script
@@ -65,7 +82,7 @@ set -u
 N={nonce}
 git init -q . >/dev/null 2>&1
 echo '{dir}/' >> .git/info/exclude
-apply() {{
+{prelude}apply() {{
   git apply -v "$2" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ]; then echo "REPROBENCH-$N APPLY $1 0 -"; return 0; fi
@@ -193,6 +210,8 @@ mod tests {
             test_cmd: "python -m pytest",
             directives: &d,
             nonce: "n1",
+            env: &[("A_B".to_string(), "x y".to_string())],
+            setup: &["export LANG=C.UTF-8".to_string()],
         };
         let (files, cmd) = build(&plan);
         assert_eq!(cmd, vec!["bash", ".reprobench/run.sh"]);

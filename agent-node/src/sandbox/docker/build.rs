@@ -541,6 +541,7 @@ mod tests {
             packages: vec!["pytest>=7,<9".into()],
             pre_install: vec!["echo \"pre\" && touch x\nmore".into()],
             install: "pip install -e .".into(),
+            ..Default::default()
         }
     }
 

@@ -66,6 +66,34 @@ pub fn universal_newlines(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `s.splitlines()`: lines split at `\n`, `\r\n`, `\r`, `\v`, `\f`, U+001C–U+001E, U+0085,
+/// U+2028 and U+2029, without their ends; no empty last line for a final break.
+pub fn splitlines(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let is_break = matches!(
+            c,
+            '\n' | '\r' | '\x0b' | '\x0c' | '\x1c'..='\x1e' | '\u{85}' | '\u{2028}' | '\u{2029}'
+        );
+        if !is_break {
+            continue;
+        }
+        out.push(&s[start..i]);
+        let mut end = i + c.len_utf8();
+        if c == '\r' && chars.peek().is_some_and(|(_, n)| *n == '\n') {
+            chars.next();
+            end += 1;
+        }
+        start = end;
+    }
+    if start < s.len() {
+        out.push(&s[start..]);
+    }
+    out
+}
+
 /// A character class matching Python's `\s`, for use inside a `regex` pattern.
 pub const SPACE_CLASS: &str = r"[\t-\r\x1c-\x1f \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}]";
 /// A character class matching Python's `[^\s]`, for use inside a `regex` pattern.
@@ -89,6 +117,16 @@ mod tests {
             "a vowel sign is alphabetic to Rust, not a word character to Python"
         );
         assert!(!is_word('-') && !is_word('.'));
+    }
+
+    #[test]
+    fn splitlines_as_python() {
+        assert_eq!(
+            splitlines("a\r\nb\x0cc\n\nd\u{2028}"),
+            vec!["a", "b", "c", "", "d"]
+        );
+        assert!(splitlines("").is_empty());
+        assert_eq!(splitlines("x"), vec!["x"]);
     }
 
     #[test]

@@ -1,0 +1,198 @@
+//! SWT-bench's environment specs, shipped as data in `datasets/swt-bench/env-specs.json`
+//! (exported from logic-star-ai/swt-bench at 330a649, `src/constants.py`: per repository and
+//! version the Python version, packages, pip pins, pre-install, install and test commands), and
+//! how they read as reprobench environment specs. Pure apart from reading that file.
+//!
+//! SWT-bench builds its environments with conda; reprobench with a virtualenv and pip. The
+//! packages conda would install by name are installed by pip under the same names (`name=1.2`
+//! becomes `name==1.2`); a requirements file is read from the repository at the instance's
+//! environment-setup commit as SWT-bench reads it; a conda `environment.yml` cannot be
+//! reproduced, so only the pip part is installed and the spec says what was left out.
+
+use crate::swt::EnvSpec;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where the specs live, relative to the datasets directory.
+pub const SPECS_FILE: &str = "swt-bench/env-specs.json";
+
+/// `test_directives` style of SWT-bench: the files of the test patch's `diff --git` headers
+/// that are not data files, as module names for django.
+pub const SWT_BENCH_DIRECTIVES: &str = "swt-bench";
+/// `log_parser` of an SWT-bench spec: the parser SWT-bench picks for the repository.
+pub const SWT_BENCH_PARSER: &str = "swt-bench";
+
+/// One repository version's install spec.
+#[derive(Debug, Clone, Deserialize)]
+pub struct InstallSpec {
+    /// Python major.minor.
+    pub python: String,
+    /// Conda package names (space-separated), `requirements.txt` or `environment.yml`.
+    #[serde(default)]
+    pub packages: String,
+    /// pip requirement specifiers installed after the packages.
+    #[serde(default)]
+    pub pip_packages: Vec<String>,
+    /// Commands run in the repository before `install`.
+    #[serde(default)]
+    pub pre_install: Vec<String>,
+    /// The install command.
+    #[serde(default)]
+    pub install: String,
+    /// Commands run before each test command.
+    #[serde(default)]
+    pub eval_commands: Vec<String>,
+}
+
+/// The exported specs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SwtBenchSpecs {
+    /// repo → version → install spec.
+    pub install_specs: BTreeMap<String, BTreeMap<String, InstallSpec>>,
+    /// repo → version → test command.
+    pub test_commands: BTreeMap<String, BTreeMap<String, String>>,
+    /// repo → requirement file paths, the first that exists is used.
+    #[serde(default)]
+    pub requirements_paths: BTreeMap<String, Vec<String>>,
+    /// repo → conda environment file paths.
+    #[serde(default)]
+    pub env_yml_paths: BTreeMap<String, Vec<String>>,
+}
+
+/// `name=1.2` (conda) → `name==1.2` (pip); other specifiers unchanged.
+fn pip_name(conda: &str) -> String {
+    match conda.split_once('=') {
+        Some((name, version))
+            if !version.starts_with('=') && !name.ends_with(['<', '>', '!', '~']) =>
+        {
+            format!("{name}=={version}")
+        }
+        _ => conda.to_string(),
+    }
+}
+
+impl SwtBenchSpecs {
+    /// The specs file of a datasets directory.
+    pub fn path(datasets_dir: &Path) -> PathBuf {
+        datasets_dir.join(SPECS_FILE)
+    }
+
+    /// Reads the specs of a datasets directory; `None` when the file is not there.
+    pub fn load(datasets_dir: &Path) -> Result<Option<SwtBenchSpecs>, String> {
+        let path = SwtBenchSpecs::path(datasets_dir);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| format!("{}: not SWT-bench's env specs: {e}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+        }
+    }
+
+    /// The environment of `repo` at `version`, if SWT-bench has one.
+    pub fn env(&self, repo: &str, version: &str) -> Option<EnvSpec> {
+        let spec = self.install_specs.get(repo)?.get(version)?;
+        let test_cmd = self.test_commands.get(repo)?.get(version)?.clone();
+        let mut env = EnvSpec {
+            python: spec.python.clone(),
+            packages: Vec::new(),
+            pre_install: spec.pre_install.clone(),
+            install: spec.install.clone(),
+            test_cmd,
+            log_parser: SWT_BENCH_PARSER.into(),
+            test_directives: SWT_BENCH_DIRECTIVES.into(),
+            pip_packages: spec.pip_packages.clone(),
+            requirements_files: Vec::new(),
+            eval_commands: spec.eval_commands.clone(),
+            env_vars: BTreeMap::from([(
+                // Mirrors carry no release tags; setuptools_scm would make up a version.
+                "SETUPTOOLS_SCM_PRETEND_VERSION".to_string(),
+                version.to_string(),
+            )]),
+            left_out: Vec::new(),
+        };
+        match spec.packages.trim() {
+            "requirements.txt" => {
+                env.requirements_files = self
+                    .requirements_paths
+                    .get(repo)
+                    .cloned()
+                    .unwrap_or_default();
+            }
+            "environment.yml" => {
+                let files = self.env_yml_paths.get(repo).cloned().unwrap_or_default();
+                env.left_out.push(format!(
+                    "the conda environment file ({}) at the environment-setup commit: conda is not used, only the spec's pip packages are installed",
+                    files.join(" or ")
+                ));
+            }
+            names => env.packages = names.split_whitespace().map(pip_name).collect(),
+        }
+        Some(env)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs() -> SwtBenchSpecs {
+        serde_json::from_str(
+            r#"{
+              "install_specs": {
+                "psf/requests": {"2.0": {"python": "3.9", "packages": "pytest numpy=1.19", "install": "python -m pip install ."}},
+                "pallets/flask": {"2.3": {"python": "3.11", "packages": "requirements.txt", "pip_packages": ["Werkzeug==2.3.7"], "install": "python -m pip install -e ."}},
+                "pydata/xarray": {"0.12": {"python": "3.10", "packages": "environment.yml", "pip_packages": ["numpy==1.23.0"]}}
+              },
+              "test_commands": {
+                "psf/requests": {"2.0": "pytest -rA"},
+                "pallets/flask": {"2.3": "pytest -rA"},
+                "pydata/xarray": {"0.12": "pytest -rA"}
+              },
+              "requirements_paths": {"pallets/flask": ["requirements/dev.txt"]},
+              "env_yml_paths": {"pydata/xarray": ["ci/requirements/environment.yml"]}
+            }"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn specs_read_as_environments() {
+        let s = specs();
+        let r = s.env("psf/requests", "2.0").unwrap();
+        assert_eq!(r.python, "3.9");
+        assert_eq!(r.packages, vec!["pytest", "numpy==1.19"]);
+        assert_eq!(r.test_cmd, "pytest -rA");
+        assert_eq!(r.test_directives, SWT_BENCH_DIRECTIVES);
+        assert_eq!(r.env_vars["SETUPTOOLS_SCM_PRETEND_VERSION"], "2.0");
+        let f = s.env("pallets/flask", "2.3").unwrap();
+        assert_eq!(f.requirements_files, vec!["requirements/dev.txt"]);
+        assert_eq!(f.pip_packages, vec!["Werkzeug==2.3.7"]);
+        assert!(f.packages.is_empty());
+        let x = s.env("pydata/xarray", "0.12").unwrap();
+        assert!(
+            x.left_out[0].contains("environment.yml"),
+            "{:?}",
+            x.left_out
+        );
+        assert!(s.env("psf/requests", "9.9").is_none());
+        assert!(s.env("me/mine", "2.0").is_none());
+    }
+
+    #[test]
+    fn the_shipped_specs_parse_and_cover_the_slices_repositories() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets");
+        let s = SwtBenchSpecs::load(&dir).unwrap().expect("shipped");
+        for (repo, version) in [
+            ("psf/requests", "2.10"),
+            ("pallets/flask", "2.3"),
+            ("pytest-dev/pytest", "5.4"),
+            ("sympy/sympy", "1.1"),
+        ] {
+            assert!(s.env(repo, version).is_some(), "{repo} {version}");
+        }
+        assert_eq!(pip_name("a>=1"), "a>=1");
+        assert_eq!(pip_name("a==1"), "a==1");
+    }
+}
