@@ -653,59 +653,6 @@ async fn fetch_android_reports(name: &str, datasets_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-#[cfg(test)]
-mod fetch_tests {
-    use super::*;
-    use reprobench_proto::android::{AndroidInstance, BugType};
-
-    fn row(id: &str, url: &str) -> AndroidInstance {
-        AndroidInstance {
-            instance_id: id.into(),
-            paper_id: None,
-            report_id: id.replace('-', "#"),
-            app: "App".into(),
-            bug_type: BugType::Crash,
-            ground_truth_actions: None,
-            issue_url: Some(url.into()),
-            apk: Some("App.apk".into()),
-            report: None,
-        }
-    }
-
-    #[test]
-    fn plan_skips_present_files_and_reports_bad_rows() {
-        let rows = [
-            row("App-1", "https://github.com/o/App/issues/1"),
-            row("App-2", "https://github.com/o/App/issues/2"),
-            row("App-3", "https://example.com/o/App/issues/3"),
-        ];
-        let dir = Path::new("/r");
-        let plan = plan_reports(&rows, dir, "http://127.0.0.1:9/", |p| {
-            p.ends_with("App#1.json")
-        });
-        assert_eq!(plan.present, 1);
-        assert_eq!(plan.jobs.len(), 1);
-        assert_eq!(
-            plan.jobs[0].issue_api,
-            "http://127.0.0.1:9/repos/o/App/issues/2"
-        );
-        assert_eq!(
-            plan.jobs[0].comments_api,
-            "http://127.0.0.1:9/repos/o/App/issues/2/comments?per_page=100"
-        );
-        assert_eq!(plan.jobs[0].file, Path::new("/r/App#2.json"));
-        assert_eq!(plan.failed.len(), 1);
-        assert_eq!(plan.failed[0].0, "App-3");
-        assert_eq!(
-            at_api_base(
-                "https://api.github.com/repos/a/b/issues/1",
-                GITHUB_API_DEFAULT
-            ),
-            "https://api.github.com/repos/a/b/issues/1"
-        );
-    }
-}
-
 /// `datasets import`: unpacks bare-repository tarballs (`OWNER__NAME.git.tar.gz`) into `repos`.
 pub fn import_mirrors(paths: &[PathBuf], repos: &Path) -> Result<()> {
     let mut tarballs = Vec::new();
@@ -786,4 +733,57 @@ pub fn import_mirrors(paths: &[PathBuf], repos: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod fetch_tests {
+    use super::*;
+    use reprobench_proto::android::{AndroidInstance, BugType};
+
+    fn row(id: &str, url: &str) -> AndroidInstance {
+        AndroidInstance {
+            instance_id: id.into(),
+            paper_id: None,
+            report_id: id.replace('-', "#"),
+            app: "App".into(),
+            bug_type: BugType::Crash,
+            ground_truth_actions: None,
+            issue_url: Some(url.into()),
+            apk: Some("App.apk".into()),
+            report: None,
+        }
+    }
+
+    #[test]
+    fn plan_skips_present_files_and_reports_bad_rows() {
+        let rows = [
+            row("App-1", "https://github.com/o/App/issues/1"),
+            row("App-2", "https://github.com/o/App/issues/2"),
+            row("App-3", "https://example.com/o/App/issues/3"),
+        ];
+        let dir = Path::new("/r");
+        let plan = plan_reports(&rows, dir, "http://127.0.0.1:9/", |p| {
+            p.ends_with("App#1.json")
+        });
+        assert_eq!(plan.present, 1);
+        assert_eq!(plan.jobs.len(), 1);
+        assert_eq!(
+            plan.jobs[0].issue_api,
+            "http://127.0.0.1:9/repos/o/App/issues/2"
+        );
+        assert_eq!(
+            plan.jobs[0].comments_api,
+            "http://127.0.0.1:9/repos/o/App/issues/2/comments?per_page=100"
+        );
+        assert_eq!(plan.jobs[0].file, Path::new("/r/App#2.json"));
+        assert_eq!(plan.failed.len(), 1);
+        assert_eq!(plan.failed[0].0, "App-3");
+        assert_eq!(
+            at_api_base(
+                "https://api.github.com/repos/a/b/issues/1",
+                GITHUB_API_DEFAULT
+            ),
+            "https://api.github.com/repos/a/b/issues/1"
+        );
+    }
 }

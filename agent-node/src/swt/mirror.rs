@@ -165,48 +165,6 @@ pub fn prepare(
     Ok(reports)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn inst(repo: &str, commit: &str) -> SwtInstance {
-        serde_json::from_value(serde_json::json!({
-            "instance_id": "x", "repo": repo, "base_commit": commit, "patch": "", "test_patch": "", "problem_statement": ""
-        }))
-        .unwrap()
-    }
-
-    #[test]
-    fn builds_a_reproducible_mirror_and_refuses_a_mismatch() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("src/lib");
-        std::fs::create_dir_all(src.join("pkg/__pycache__")).unwrap();
-        std::fs::write(src.join("pkg/__init__.py"), "X = 1\n").unwrap();
-        std::fs::write(src.join("pkg/__pycache__/junk.pyc"), "junk").unwrap();
-        let repos = dir.path().join("repos");
-        let err = prepare(
-            &dir.path().join("src"),
-            &repos,
-            &[inst("o/lib", &"0".repeat(40))],
-        )
-        .unwrap_err();
-        let made = err
-            .split("makes commit ")
-            .nth(1)
-            .unwrap()
-            .split(',')
-            .next()
-            .unwrap()
-            .to_string();
-        let r = prepare(&dir.path().join("src"), &repos, &[inst("o/lib", &made)]).unwrap();
-        assert_eq!(r[0].commit, made);
-        assert!(!r[0].already_present);
-        assert!(has_commit(&repos.join("o__lib.git"), &made));
-        let again = prepare(&dir.path().join("src"), &repos, &[inst("o/lib", &made)]).unwrap();
-        assert!(again[0].already_present);
-    }
-}
-
 /// A file of `mirror` at `commit`, `None` when the commit has no such file.
 pub fn file_at(mirror: &Path, commit: &str, path: &str) -> Option<String> {
     let out = Command::new("git")
@@ -270,6 +228,48 @@ fn assemble_requirements(path: &str, text: &str, read: impl Fn(&str) -> Option<S
     }
     included.push(own.join("\n"));
     included.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inst(repo: &str, commit: &str) -> SwtInstance {
+        serde_json::from_value(serde_json::json!({
+            "instance_id": "x", "repo": repo, "base_commit": commit, "patch": "", "test_patch": "", "problem_statement": ""
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn builds_a_reproducible_mirror_and_refuses_a_mismatch() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src/lib");
+        std::fs::create_dir_all(src.join("pkg/__pycache__")).unwrap();
+        std::fs::write(src.join("pkg/__init__.py"), "X = 1\n").unwrap();
+        std::fs::write(src.join("pkg/__pycache__/junk.pyc"), "junk").unwrap();
+        let repos = dir.path().join("repos");
+        let err = prepare(
+            &dir.path().join("src"),
+            &repos,
+            &[inst("o/lib", &"0".repeat(40))],
+        )
+        .unwrap_err();
+        let made = err
+            .split("makes commit ")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap()
+            .to_string();
+        let r = prepare(&dir.path().join("src"), &repos, &[inst("o/lib", &made)]).unwrap();
+        assert_eq!(r[0].commit, made);
+        assert!(!r[0].already_present);
+        assert!(has_commit(&repos.join("o__lib.git"), &made));
+        let again = prepare(&dir.path().join("src"), &repos, &[inst("o/lib", &made)]).unwrap();
+        assert!(again[0].already_present);
+    }
 }
 
 #[cfg(test)]
