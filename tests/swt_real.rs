@@ -1,0 +1,174 @@
+//! Real SWT-bench instances end to end, offline: psf/requests from the real slice in
+//! `../shared/data/real/swt-slice` (its rows, its mirror tarball), environments from SWT-bench's
+//! specs shipped in `datasets/swt-bench`, the process executor. The golden test patches resolve,
+//! a test that reproduces nothing does not, and AssertFlip's published predictions get their
+//! official verdicts under the rules they were graded with. Skipped when `../shared` is absent,
+//! failed instead under `REPROBENCH_REQUIRE_SHARED=1`.
+
+mod common;
+
+use common::{bin, shared_data};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const INSTANCES: [&str; 2] = ["psf__requests-1142", "psf__requests-3362"];
+
+fn datasets() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets")
+}
+
+/// A scratch area whose directories the unprivileged execution user can reach.
+fn scratch() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+fn run(args: &[&str], dir: &Path) -> (bool, String, String) {
+    let out = Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn eval(dir: &Path, rows: &Path, predictions: &str, extra: &[&str]) -> Value {
+    let data = dir.join("data");
+    let cache = dir.join("cache");
+    let repos = dir.join("repos");
+    let datasets = datasets();
+    let mut args = vec![
+        "eval",
+        "--dataset",
+        rows.to_str().unwrap(),
+        "--predictions",
+        predictions,
+        "--executor",
+        "process",
+        "--local-nodes",
+        "1",
+        "--json",
+        "--datasets",
+        datasets.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--repos",
+        repos.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let (ok, stdout, stderr) = run(&args, dir);
+    assert!(ok, "eval failed: {stderr}");
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"))
+}
+
+fn report(v: &Value, instance: &str) -> Value {
+    let p = Path::new(v["reports"].as_str().unwrap())
+        .join(instance)
+        .join("report.json");
+    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap()
+}
+
+fn jsonl(path: &Path, rows: impl Iterator<Item = Value>) {
+    let text: String = rows.map(|r| r.to_string() + "\n").collect();
+    std::fs::write(path, text).unwrap();
+}
+
+#[test]
+fn requests_from_the_real_slice_is_graded_as_swt_bench_grades_it() {
+    let Some(slice) = shared_data("real/swt-slice") else {
+        return;
+    };
+    let dir = scratch();
+    let (ok, stdout, stderr) = run(
+        &[
+            "datasets",
+            "import",
+            slice
+                .join("repos/psf__requests.git.tar.gz")
+                .to_str()
+                .unwrap(),
+            "--repos",
+            dir.path().join("repos").to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(ok && stdout.contains("imported"), "{stdout}{stderr}");
+    // The rows as they are: no env, so SWT-bench's specs give Python 3.9 and its test command.
+    let rows_file = dir.path().join("rows.jsonl");
+    let rows: Vec<Value> = std::fs::read_to_string(slice.join("rows.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| INSTANCES.contains(&r["instance_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r.get("env").is_none()));
+    jsonl(&rows_file, rows.iter().cloned());
+
+    let gold = eval(dir.path(), &rows_file, "gold", &[]);
+    assert_eq!(
+        (gold["total"].as_u64(), gold["resolved"].as_u64()),
+        (Some(2), Some(2)),
+        "{gold}"
+    );
+    let r = report(&gold, "psf__requests-3362");
+    assert_eq!(r["parser"], "pytest_options");
+    assert!(
+        r["test_directives"] == serde_json::json!(["tests/test_requests.py"]),
+        "{r}"
+    );
+
+    // A test that passes before and after the fix reproduces nothing.
+    let passing = "diff --git a/tests/test_nothing.py b/tests/test_nothing.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/test_nothing.py\n@@ -0,0 +1,4 @@\n+import requests\n+\n+def test_import():\n+    assert requests.get\n";
+    let preds = dir.path().join("preds.jsonl");
+    jsonl(
+        &preds,
+        INSTANCES.iter().map(|id| {
+            serde_json::json!({"instance_id": id, "model_name_or_path": "nothing", "model_patch": passing})
+        }),
+    );
+    let nothing = eval(dir.path(), &rows_file, preds.to_str().unwrap(), &[]);
+    assert_eq!(nothing["resolved"], 0, "{nothing}");
+    assert_eq!(report(&nothing, "psf__requests-1142")["p2p"], true);
+    assert!(
+        report(&nothing, "psf__requests-1142")["executions"]["gold_pre"]["cached"] == true,
+        "gold and base come from the cache: only the prediction's two executions run"
+    );
+
+    // AssertFlip's predictions get their official verdicts under the rules of their time.
+    let official: Value = serde_json::from_slice(
+        &std::fs::read(slice.join("verdicts/AssertFlip-requests-flask-pytest.json")).unwrap(),
+    )
+    .unwrap();
+    let af = dir.path().join("assertflip.jsonl");
+    let all = std::fs::read_to_string(slice.join("predictions/AssertFlip.jsonl")).unwrap();
+    jsonl(
+        &af,
+        all.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|p| INSTANCES.contains(&p["instance_id"].as_str().unwrap())),
+    );
+    let v = eval(
+        dir.path(),
+        &rows_file,
+        af.to_str().unwrap(),
+        &["--rules", "swt-bench-2024"],
+    );
+    for id in INSTANCES {
+        assert_eq!(
+            report(&v, id)["resolved"],
+            official["instances"][id]["resolved"],
+            "{id}: {}",
+            report(&v, id)
+        );
+    }
+}
