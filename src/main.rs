@@ -2,6 +2,7 @@
 //! lives in the crates (`reprobench-coordinator`, `reprobench-agent-node`, `reprobench-analysis`).
 
 mod bench;
+mod bundled;
 mod client;
 mod datasets;
 mod eval;
@@ -620,6 +621,7 @@ fn main() -> std::process::ExitCode {
     // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    bundled::settle_datasets_dir();
     let quiet_default = "warn";
     init_tracing(match cli.command {
         Command::Serve(_) | Command::Node(_) => "info",
