@@ -722,3 +722,300 @@ pub fn grade(a: GradeBenchArgs) -> Result<()> {
     }
     Ok(())
 }
+
+/// Options of the real-slice benchmark.
+#[derive(Args)]
+pub struct SliceBenchArgs {
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    json: bool,
+    /// The real SWT-bench slice (rows.jsonl, membership.json, repos/, predictions/) [default: ../shared/data/real/swt-slice].
+    #[arg(long, value_name = "DIR")]
+    slice: Option<std::path::PathBuf>,
+    /// Repositories whose SWT-bench instances are run (short names: requests, flask, pytest, sympy, ...).
+    #[arg(long, value_delimiter = ',', default_value = "requests,flask,pytest")]
+    repos: Vec<String>,
+    /// Executor: process or docker [default: docker when the engine and the base image are there].
+    #[arg(long, value_name = "KIND")]
+    executor: Option<String>,
+    /// Predictions run once gold and base are cached (SWT-bench format) [default: SLICE/predictions/AssertFlip.jsonl].
+    #[arg(long, value_name = "FILE")]
+    predictions: Option<std::path::PathBuf>,
+}
+
+/// One `reprobench eval` as a child process: its JSON and its wall time.
+fn slice_eval(
+    root: &std::path::Path,
+    rows: &std::path::Path,
+    predictions: &str,
+    executor: &str,
+    nodes: u32,
+    data: &str,
+    extra: &[&str],
+) -> Result<(serde_json::Value, f64)> {
+    let exe = std::env::current_exe()?;
+    let t = Instant::now();
+    let out = std::process::Command::new(exe)
+        .arg("eval")
+        .arg("--dataset")
+        .arg(rows)
+        .args([
+            "--predictions",
+            predictions,
+            "--executor",
+            executor,
+            "--json",
+        ])
+        .args(["--local-nodes", &nodes.to_string(), "--slots-per-node", "1"])
+        .arg("--data")
+        .arg(root.join(data))
+        .arg("--cache-dir")
+        .arg(root.join("cache"))
+        .arg("--repos")
+        .arg(root.join("repos"))
+        .args(extra)
+        .output()?;
+    let wall = t.elapsed().as_secs_f64();
+    anyhow::ensure!(
+        out.status.success(),
+        "evaluation failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((serde_json::from_slice(&out.stdout)?, wall))
+}
+
+/// Per-execution figures of a run's reports: (executions run, not from the cache; harness
+/// overhead ms and test command ms of each).
+fn execution_figures(v: &serde_json::Value) -> (usize, Vec<f64>, Vec<f64>) {
+    let reports = std::path::PathBuf::from(v["reports"].as_str().unwrap_or_default());
+    let (mut run, mut overhead, mut test) = (0, Vec::new(), Vec::new());
+    for entry in std::fs::read_dir(&reports).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("report.json")) else {
+            continue;
+        };
+        let Ok(r) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        for e in r["executions"]
+            .as_object()
+            .into_iter()
+            .flat_map(|m| m.values())
+        {
+            if e["cached"] == true {
+                continue;
+            }
+            run += 1;
+            if let (Some(cmd), Some(over), Some(t)) = (
+                e["command_ms"].as_f64(),
+                e["overhead_ms"].as_f64(),
+                e["test_ms"].as_f64(),
+            ) {
+                test.push(t);
+                overhead.push(cmd + over - t);
+            }
+        }
+    }
+    (run, overhead, test)
+}
+
+fn dir_bytes(p: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("du")
+        .args(["-sb"])
+        .arg(p)
+        .output();
+    out.ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Bytes of the docker executor's images (python, env and instance layers).
+fn image_bytes() -> u64 {
+    let out = std::process::Command::new("docker")
+        .args([
+            "image",
+            "ls",
+            "--filter",
+            "label=reprobench.layer",
+            "--format",
+            "{{.ID}}",
+        ])
+        .output();
+    let ids: Vec<String> = out
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    if ids.is_empty() {
+        return 0;
+    }
+    let out = std::process::Command::new("docker")
+        .args(["image", "inspect", "--format", "{{.Size}}"])
+        .args(&ids)
+        .output();
+    out.map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse::<u64>().ok())
+            .sum()
+    })
+    .unwrap_or(0)
+}
+
+/// `reprobench bench slice`: gold validation of the real slice's instances of some repositories
+/// (cold and warm, 1 and 2 local nodes), a prediction set once gold and base are cached, harness
+/// overhead per execution against the test command's own time, and the disk the environments use.
+pub async fn slice(a: SliceBenchArgs) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let slice = a
+        .slice
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("../shared/data/real/swt-slice"));
+    anyhow::ensure!(
+        slice.join("rows.jsonl").is_file(),
+        "{}: no rows.jsonl; pass --slice DIR (the real SWT-bench slice)",
+        slice.display()
+    );
+    let executor = match a.executor.clone() {
+        Some(e) => e,
+        None => crate::eval::auto_executor(&crate::SwtNodeArgs::defaults(), a.json).await,
+    };
+    let say = |m: String| {
+        if !a.json {
+            eprintln!("{m}");
+        }
+    };
+    let root = tempdir()?;
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))?;
+    // Mirrors of the chosen repositories, and their SWT-bench instances.
+    let membership: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(slice.join("membership.json"))?)?;
+    let swt: std::collections::BTreeSet<String> = ["swt_bench_lite", "swt_bench_verified_sample"]
+        .iter()
+        .flat_map(|k| membership[k].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let mut tarballs = Vec::new();
+    let mut wanted_repos = Vec::new();
+    for entry in std::fs::read_dir(slice.join("repos"))?.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(mirror) = name.strip_suffix(".git.tar.gz") else {
+            continue;
+        };
+        let short = mirror.rsplit("__").next().unwrap_or(mirror);
+        if a.repos.iter().any(|r| r == short || r == mirror) {
+            tarballs.push(entry.path());
+            wanted_repos.push(mirror.replace("__", "/"));
+        }
+    }
+    anyhow::ensure!(
+        !tarballs.is_empty(),
+        "no mirror of {:?} in {}",
+        a.repos,
+        slice.join("repos").display()
+    );
+    crate::datasets::import_mirrors(&tarballs, &root.join("repos"))?;
+    let rows_text: String = std::fs::read_to_string(slice.join("rows.jsonl"))?
+        .lines()
+        .filter(|l| {
+            serde_json::from_str::<serde_json::Value>(l).is_ok_and(|r| {
+                r["instance_id"].as_str().is_some_and(|i| swt.contains(i))
+                    && r["repo"]
+                        .as_str()
+                        .is_some_and(|p| wanted_repos.iter().any(|w| w == p))
+            })
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let rows = root.join("rows.jsonl");
+    std::fs::write(&rows, &rows_text)?;
+    let instances = rows_text.lines().count();
+    say(format!(
+        "{instances} SWT-bench instances of {} with the {executor} executor",
+        wanted_repos.join(", ")
+    ));
+    let images_before = if executor == "docker" {
+        image_bytes()
+    } else {
+        0
+    };
+    say("gold, cold (builds every environment), 1 node".into());
+    let (cold, wall_cold) = slice_eval(&root, &rows, "gold", &executor, 1, "data-cold", &[])?;
+    say("gold again: reuses the finished evaluation".into());
+    let (again, wall_again) = slice_eval(&root, &rows, "gold", &executor, 1, "data-cold", &[])?;
+    // Warm environments, every execution run again (a fresh execution cache each).
+    let fresh_executions = |r: &std::path::Path| {
+        let _ = std::fs::remove_dir_all(r.join("cache/swt-executions"));
+    };
+    fresh_executions(&root);
+    say("gold, environments warm, 1 node".into());
+    let (warm1, wall_warm_1) =
+        slice_eval(&root, &rows, "gold", &executor, 1, "data-warm1", &["--new"])?;
+    fresh_executions(&root);
+    say("gold, environments warm, 2 nodes".into());
+    let (_warm2, wall_warm_2) =
+        slice_eval(&root, &rows, "gold", &executor, 2, "data-warm2", &["--new"])?;
+    let predictions = a
+        .predictions
+        .clone()
+        .unwrap_or_else(|| slice.join("predictions/AssertFlip.jsonl"));
+    say(format!(
+        "{} with gold and base cached, 1 node",
+        predictions.display()
+    ));
+    let (preds, wall_preds) = slice_eval(
+        &root,
+        &rows,
+        &predictions.display().to_string(),
+        &executor,
+        1,
+        "data-preds",
+        &["--rules", "swt-bench-2024"],
+    )?;
+    let (run_cold, _, _) = execution_figures(&cold);
+    let (_, overhead, test) = execution_figures(&warm1);
+    let (run_preds, _, _) = execution_figures(&preds);
+    let (overhead_ms_median, test_ms_median) = (median(overhead.clone()), median(test.clone()));
+    let (overhead_sum, test_sum): (f64, f64) = (overhead.iter().sum(), test.iter().sum());
+    let disk = if executor == "docker" {
+        image_bytes().saturating_sub(images_before)
+    } else {
+        dir_bytes(&root.join("cache/process"))
+    };
+    let v = serde_json::json!({
+        "executor": executor,
+        "repos": wanted_repos,
+        "instances": instances,
+        "gold_resolved": cold["resolved"],
+        "gold_unresolved_ids": std::fs::read(std::path::Path::new(cold["reports"].as_str().unwrap_or_default()).join("summary.json")).ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok()).map(|s| s["unresolved_ids"].clone()),
+        "wall_cold_1_node_s": wall_cold,
+        "wall_warm_1_node_s": wall_warm_1,
+        "wall_warm_2_nodes_s": wall_warm_2,
+        "environment_build_s": wall_cold - wall_warm_1,
+        "wall_rerun_s": wall_again,
+        "rerun_resumed": again["resumed"],
+        "executions_per_instance_gold_cold": run_cold as f64 / instances.max(1) as f64,
+        "executions_per_instance_new_prediction": run_preds as f64 / instances.max(1) as f64,
+        "wall_new_predictions_s": wall_preds,
+        "new_predictions_resolved": preds["resolved"],
+        "overhead_ms_median": overhead_ms_median,
+        "test_ms_median": test_ms_median,
+        "overhead_ratio_median": overhead_ms_median / test_ms_median,
+        "overhead_ratio_total": overhead_sum / test_sum,
+        "environment_disk_bytes": disk,
+    });
+    let _ = std::fs::remove_dir_all(&root);
+    if a.json {
+        println!("{v}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    Ok(())
+}

@@ -604,6 +604,9 @@ enum BenchWhich {
     /// Grading: cases per second of `grade` over the SWT-bench parity corpus (with and without
     /// reading the files), agreement with SWT-bench's verdicts, and each parser on one 40 KB log.
     Grade(bench::GradeBenchArgs),
+    /// The real SWT-bench slice: gold validation cold and warm on 1 and 2 local nodes, a
+    /// prediction set once gold and base are cached, harness overhead per execution, disk used.
+    Slice(bench::SliceBenchArgs),
 }
 
 fn init_tracing(default: &str) {
@@ -671,6 +674,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
             BenchWhich::Gateway(b) => gateway_cmd::bench(b).await?,
             BenchWhich::Preassess(b) => bench::preassess(b).await?,
             BenchWhich::Grade(b) => bench::grade(b)?,
+            BenchWhich::Slice(b) => bench::slice(b).await?,
         },
         Command::Gateway(a) => gateway_cmd::gateway(a).await?,
     }

@@ -82,11 +82,13 @@ impl Default for SwtSettings {
     }
 }
 
-/// Cache directory of the process sandbox: under /var/tmp when running as root, so that the
-/// unprivileged user executions run as can reach it.
+/// Cache directory of the process sandbox: `CACHE/process`, unless the node runs as root and the
+/// unprivileged user executions run as cannot reach it (a cache under /root); then /var/tmp.
 fn process_cache_dir(cache: &std::path::Path) -> PathBuf {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    let root = unsafe { libc::geteuid() } == 0;
+    let _ = std::fs::create_dir_all(cache);
+    if root && !crate::sandbox::process::nobody_can_reach(cache) {
         PathBuf::from("/var/tmp/reprobench/process")
     } else {
         cache.join("process")

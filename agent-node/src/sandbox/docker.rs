@@ -17,6 +17,7 @@
 //! in a small JSON file in [`DockerConfig::cache_dir`]; when reprobench's images outgrow the
 //! disk budget the least recently used go first ([`plan_eviction`]).
 
+use super::python::{find_python, version_matches};
 use super::{EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError};
 use crate::executor::BoxFuture;
 use bollard::Docker;
@@ -46,6 +47,8 @@ pub const LAYER_LABEL: &str = "reprobench.layer";
 const ENV_REPO: &str = "reprobench/env";
 /// Repository of instance layer images.
 const INSTANCE_REPO: &str = "reprobench/instance";
+/// Repository of python layers (a host interpreter over the base image).
+const PYTHON_REPO: &str = "reprobench/python";
 /// Label with the content key an image was built from.
 const KEY_LABEL: &str = "reprobench.key";
 /// Label naming the image a layer was built on (for its own size and eviction order).
@@ -249,11 +252,7 @@ impl Sandbox for DockerSandbox {
 
 impl Inner {
     async fn prepare(self: Arc<Self>, recipe: EnvRecipe) -> Result<Prepared, SandboxError> {
-        let base = self.cfg.base_image.clone();
-        // Checked on every prepare, not only by the cached base_python: it may have been removed.
-        require_base(&self.docker, &base).await?;
-        let have = self.base_python().await?;
-        check_python(&recipe.python, &have, &base)?;
+        let (base, python) = self.python_base(&recipe).await?;
 
         let env_tag = format!("{ENV_REPO}:{}", recipe.env_key());
         let instance_tag = format!("{INSTANCE_REPO}:{}", recipe.instance_key());
@@ -264,7 +263,7 @@ impl Inner {
             let lock = build_lock(&env_tag);
             let _held = lock.lock().await;
             if find_image(&self.docker, &env_tag).await?.is_none() {
-                let layer = build::env_layer(&base, &recipe, read_host_ca());
+                let layer = build::env_layer(&base, &recipe, read_host_ca(), &python);
                 build::build(&self.docker, &env_tag, layer, &recipe).await?;
                 built = true;
             }
@@ -302,6 +301,47 @@ impl Inner {
         let _pins = Pins::new(&[&image]);
         self.touch(&[&image]);
         run::exec(&self.docker, &image, req, &self.limit_warnings).await
+    }
+
+    /// The image the env layer starts from and the interpreter it makes the venv with: the base
+    /// image when its Python is the one wanted, else a python layer over it holding a host
+    /// interpreter of that version (pyenv's, say), built once.
+    async fn python_base(&self, recipe: &EnvRecipe) -> Result<(String, String), SandboxError> {
+        let base = self.cfg.base_image.clone();
+        // Checked on every prepare, not only by the cached base_python: it may have been removed.
+        require_base(&self.docker, &base).await?;
+        let have = self.base_python().await?;
+        let have_mm: String = have.split('.').take(2).collect::<Vec<_>>().join(".");
+        let want = recipe.python.trim();
+        if want.is_empty() || version_matches(want, &have_mm) {
+            return Ok((base, "python3".into()));
+        }
+        let (w, cache) = (want.to_string(), self.cfg.cache_dir.clone());
+        let host = tokio::task::spawn_blocking(move || find_python(&w, false, &cache))
+            .await
+            .map_err(|e| SandboxError::Infra(format!("interpreter search task: {e}")))?
+            .map_err(|_| {
+                SandboxError::BadInput(format!(
+                    "the instance wants Python {want}; base image {base} has Python {have} and this machine has no Python {want} to copy into an image (looked on PATH, in /usr/local/bin, /usr/bin and pyenv's versions): install it (e.g. `pyenv install {want}`), or make a base image with it (`reprobench images bootstrap --suite SUITE --tag TAG` from a Debian suite that ships it) and pass --base-image TAG"
+                ))
+            })?;
+        let key = reprobench_proto::swt::env_key(
+            &format!("python-layer-v1 {base} {}", host.prefix.display()),
+            std::slice::from_ref(&host.version),
+        );
+        let tag = format!("{PYTHON_REPO}:{}-{key}", host.version);
+        let exe = host.exe.display().to_string();
+        let lock = build_lock(&tag);
+        let _held = lock.lock().await;
+        if find_image(&self.docker, &tag).await?.is_none() {
+            let prefix = host.prefix.clone();
+            let tar = tokio::task::spawn_blocking(move || tar_prefix(&prefix))
+                .await
+                .map_err(|e| SandboxError::Infra(format!("interpreter archive task: {e}")))??;
+            let layer = build::python_layer(&base, key, tar, &exe, &host.version);
+            build::build(&self.docker, &tag, layer, recipe).await?;
+        }
+        Ok((tag, exe))
     }
 
     async fn base_python(&self) -> Result<String, SandboxError> {
@@ -470,21 +510,20 @@ impl Drop for Pins {
 }
 
 /// Errors with `BadInput` unless the base image's Python has the major.minor the recipe wants.
-fn check_python(want: &str, have: &str, base: &str) -> Result<(), SandboxError> {
-    let want = want.trim();
-    if want.is_empty() {
-        return Ok(());
-    }
-    let parts = |v: &str| v.split('.').take(2).map(str::to_string).collect::<Vec<_>>();
-    let (w, h) = (parts(want), parts(have));
-    if w.iter().zip(&h).all(|(a, b)| a == b) && w.len() <= h.len() {
-        return Ok(());
-    }
-    Err(SandboxError::BadInput(format!(
-        "the instance wants Python {want} but base image {base} has Python {have}: name a base \
-         image with Python {want} (e.g. one made by `reprobench images bootstrap` from a Debian \
-         suite that ships it, under another tag)"
-    )))
+/// An interpreter's prefix as a tar whose paths are its absolute paths without the leading `/`,
+/// symbolic links kept.
+fn tar_prefix(prefix: &std::path::Path) -> Result<Vec<u8>, SandboxError> {
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.follow_symlinks(false);
+    let inside = prefix.strip_prefix("/").unwrap_or(prefix);
+    tar.append_dir_all(inside, prefix)
+        .and_then(|_| tar.into_inner())
+        .map_err(|e| {
+            SandboxError::Infra(format!(
+                "cannot archive the interpreter at {}: {e}",
+                prefix.display()
+            ))
+        })
 }
 
 /// The repository at the base commit as a tar, from the bare mirror.
@@ -720,19 +759,6 @@ mod tests {
             img("e", LayerKind::Env, 1, 0),
         ];
         check(&images, 11, &["a"]);
-    }
-
-    #[test]
-    fn python_versions_compare_major_minor() {
-        assert!(check_python("3.11", "3.11", "b").is_ok());
-        assert!(check_python("3.11.4", "3.11", "b").is_ok());
-        assert!(check_python("3", "3.11", "b").is_ok());
-        assert!(check_python("", "3.11", "b").is_ok());
-        let e = check_python("3.9", "3.11", "base:x").unwrap_err();
-        assert!(
-            matches!(&e, SandboxError::BadInput(m) if m.contains("3.9") && m.contains("3.11") && m.contains("base:x"))
-        );
-        assert!(check_python("3.1", "3.11", "b").is_err());
     }
 
     #[test]

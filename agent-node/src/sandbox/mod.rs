@@ -10,6 +10,37 @@ use std::time::Duration;
 
 pub mod docker;
 pub mod process;
+pub(crate) mod python;
+
+/// Prints, one per line and relative to the checkout given as its argument, the directories of
+/// the checkout that editable installs made importable (paths in `.pth` and `.egg-link` files,
+/// parents of what setuptools' editable finders map). Executions run in a copy of the checkout
+/// elsewhere; the copy's same directories go first on `PYTHONPATH`, so imports see the patched
+/// code. Python 3.5+, run with the environment's interpreter.
+pub(crate) const EDITABLE_ROOTS_PY: &str = r#"import os, re, sys, sysconfig
+root = sys.argv[1].rstrip('/')
+found = set()
+paths = sysconfig.get_paths()
+for d in set([paths['purelib'], paths['platlib']]):
+    if not os.path.isdir(d):
+        continue
+    for n in os.listdir(d):
+        finder = n.startswith('__editable__') and n.endswith('_finder.py')
+        if not (n.endswith('.pth') or n.endswith('.egg-link') or finder):
+            continue
+        try:
+            text = open(os.path.join(d, n), encoding='utf-8', errors='replace').read()
+        except OSError:
+            continue
+        if finder:
+            cands = [os.path.dirname(s) for s in re.findall(r"['\"]([^'\"\n]+)['\"]", text)]
+        else:
+            cands = [line.strip() for line in text.splitlines()]
+        for s in cands:
+            if s == root or s.startswith(root + '/'):
+                found.add(os.path.relpath(s, root))
+print('\n'.join(sorted(found)))
+"#;
 
 /// Everything needed to build the environment an instance's executions run in.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -53,7 +84,8 @@ impl EnvRecipe {
     /// Content hash of the instance layer (environment + repository at the base commit + install).
     pub fn instance_key(&self) -> String {
         let mut h = reprobench_proto::swt::Fnv::default();
-        h.add("instance-v1");
+        // v2: the instance layer lists its editable-install roots.
+        h.add("instance-v2");
         h.add(&self.env_key());
         h.add(&self.repo);
         h.add(&self.base_commit);

@@ -6,8 +6,10 @@
 //! file size; when the node runs as root it also gets an empty network namespace and runs as
 //! `nobody`, which makes the process limit bite and keeps it out of everything but its copy.
 
+use super::python::{FileLock, find_python};
 use super::{
-    EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError, check_relative_path,
+    EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError,
+    check_relative_path,
 };
 use crate::executor::BoxFuture;
 use std::collections::HashMap;
@@ -72,7 +74,7 @@ impl ProcessSandbox {
 }
 
 /// Every directory from `path` up must be traversable by others for `nobody` to reach it.
-fn nobody_can_reach(path: &Path) -> bool {
+pub(crate) fn nobody_can_reach(path: &Path) -> bool {
     let Ok(abs) = std::fs::canonicalize(path) else {
         return false;
     };
@@ -85,7 +87,7 @@ fn infra(what: &str, e: impl std::fmt::Display) -> SandboxError {
 }
 
 /// Runs a setup command to completion, returning its combined output on failure.
-fn run_setup(cmd: &mut std::process::Command, what: &str) -> Result<(), String> {
+pub(crate) fn run_setup(cmd: &mut std::process::Command, what: &str) -> Result<(), String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -101,179 +103,6 @@ fn run_setup(cmd: &mut std::process::Command, what: &str) -> Result<(), String> 
         out.status,
         tail.into_iter().rev().collect::<Vec<_>>().join("\n")
     ))
-}
-
-/// An interpreter a virtualenv can be made from.
-#[derive(Debug, Clone, PartialEq)]
-struct Interpreter {
-    /// The binary.
-    exe: PathBuf,
-    /// Its shared libraries, when it is a copy whose built-in library path points elsewhere.
-    lib_dir: Option<PathBuf>,
-}
-
-/// Whether a probed `major.minor` satisfies a wanted version: `3.9` wants exactly 3.9, `3`
-/// (SWE-bench's "any Python 3") any 3.x.
-fn version_matches(wanted: &str, found: &str) -> bool {
-    let wanted = wanted.trim();
-    match wanted.split_once('.') {
-        Some(_) => found == wanted || found.starts_with(&format!("{wanted}.")),
-        None => found.split('.').next() == Some(wanted),
-    }
-}
-
-/// Where pyenv keeps its interpreters: `$PYENV_ROOT/versions/*`, `~/.pyenv/versions/*`.
-fn pyenv_versions() -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = std::env::var_os("PYENV_ROOT")
-        .map(PathBuf::from)
-        .into_iter()
-        .collect();
-    if let Some(home) = std::env::var_os("HOME") {
-        roots.push(PathBuf::from(home).join(".pyenv"));
-    }
-    let mut out = Vec::new();
-    for root in roots {
-        let Ok(entries) = std::fs::read_dir(root.join("versions")) else {
-            continue;
-        };
-        let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path().join("bin")).collect();
-        dirs.sort();
-        dirs.reverse(); // newest patch release first
-        out.extend(dirs);
-    }
-    out
-}
-
-/// (major.minor, base prefix, executable) of an interpreter, if it runs.
-fn probe(candidate: &Path) -> Option<(String, PathBuf, PathBuf)> {
-    let out = std::process::Command::new(candidate)
-        .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.base_prefix); print(sys.executable)"])
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let mut lines = text.lines();
-    Some((
-        lines.next()?.to_string(),
-        PathBuf::from(lines.next()?),
-        PathBuf::from(lines.next()?),
-    ))
-}
-
-/// A copy of an interpreter's whole prefix under `cache/pythons`, readable by everyone, for an
-/// unprivileged execution user that cannot reach the original (pyenv's under /root). Its
-/// libraries come first on `LD_LIBRARY_PATH`, since such builds name their own by absolute path.
-fn public_copy(cache: &Path, prefix: &Path, exe: &Path) -> Result<Interpreter, SandboxError> {
-    let name = format!(
-        "{}-{}",
-        prefix.file_name().unwrap_or_default().to_string_lossy(),
-        &reprobench_proto::swt::env_key(&prefix.display().to_string(), &[])[..8]
-    );
-    let root = cache.join("pythons");
-    let dir = root.join(&name);
-    let rel = exe.strip_prefix(prefix).map_err(|_| {
-        infra(
-            "copying the interpreter",
-            "its binary is outside its prefix",
-        )
-    })?;
-    let interpreter = Interpreter {
-        exe: dir.join(rel),
-        lib_dir: Some(dir.join("lib")),
-    };
-    if dir.join(".reprobench-ready").exists() {
-        return Ok(interpreter);
-    }
-    std::fs::create_dir_all(&root).map_err(|e| infra("creating the interpreter cache", e))?;
-    let _lock = FileLock::acquire(&root.join(format!("{name}.lock")))?;
-    if dir.join(".reprobench-ready").exists() {
-        return Ok(interpreter);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    run_setup(
-        std::process::Command::new("cp")
-            .arg("-a")
-            .arg(prefix)
-            .arg(&dir),
-        &format!("copying {} for the execution user", prefix.display()),
-    )
-    .map_err(SandboxError::Infra)?;
-    run_setup(
-        std::process::Command::new("chmod")
-            .args(["-R", "a+rX"])
-            .arg(&dir),
-        "making the interpreter copy readable",
-    )
-    .map_err(SandboxError::Infra)?;
-    std::fs::write(dir.join(".reprobench-ready"), b"")
-        .map_err(|e| infra("marking the interpreter copy ready", e))?;
-    Ok(interpreter)
-}
-
-/// A host interpreter of the wanted version: `pythonX.Y`/`python3` on PATH, in /usr/local/bin
-/// and /usr/bin, then pyenv's. With `public` (executions run unprivileged) one that user can run;
-/// failing that, a copy of one it cannot reach.
-fn find_python(wanted: &str, public: bool, cache: &Path) -> Result<Interpreter, SandboxError> {
-    let names = [format!("python{wanted}"), "python3".to_string()];
-    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect())
-        .unwrap_or_default();
-    dirs.extend(["/usr/local/bin", "/usr/bin"].map(PathBuf::from));
-    dirs.extend(pyenv_versions());
-    let mut unreachable: Option<(PathBuf, PathBuf)> = None;
-    let mut seen = std::collections::BTreeSet::new();
-    for dir in &dirs {
-        for name in &names {
-            let candidate = dir.join(name);
-            if !candidate.is_file() {
-                continue;
-            }
-            let Some((version, prefix, exe)) = probe(&candidate) else {
-                continue;
-            };
-            if !version_matches(wanted, &version) || !seen.insert(exe.clone()) {
-                continue;
-            }
-            if public && !(nobody_can_reach(&prefix) && nobody_can_reach(&exe)) {
-                unreachable.get_or_insert((prefix, exe));
-                continue;
-            }
-            return Ok(Interpreter { exe, lib_dir: None });
-        }
-    }
-    if let Some((prefix, exe)) = unreachable {
-        return public_copy(cache, &prefix, &exe);
-    }
-    Err(SandboxError::BadInput(format!(
-        "the instance wants Python {wanted}, and this machine has no such interpreter (looked for python{wanted} and python3 on PATH, in /usr/local/bin, /usr/bin and pyenv's versions); install it (e.g. `pyenv install {wanted}`), or use the docker executor, which builds a base image per Python version"
-    )))
-}
-
-/// An exclusive lock on a file, held until dropped: node processes sharing a cache directory
-/// build each environment once.
-struct FileLock {
-    _held: std::fs::File,
-}
-
-impl FileLock {
-    fn acquire(path: &Path) -> Result<FileLock, SandboxError> {
-        use std::os::fd::AsRawFd;
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(path)
-            .map_err(|e| infra(&format!("opening the lock {}", path.display()), e))?;
-        // SAFETY: flock on a file descriptor we own.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(infra("locking", std::io::Error::last_os_error()));
-        }
-        Ok(FileLock { _held: f })
-    }
 }
 
 /// Environment of commands run with a virtualenv: its `bin` first, the interpreter's libraries.
@@ -411,45 +240,22 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
 /// registered; the same paths of the execution's copy go first on `PYTHONPATH`).
 const EXEC_ENV_FILE: &str = ".git/reprobench-exec-env";
 
-/// Directories of `template` that an editable install made importable: paths in the venv's
-/// `.pth` and `.egg-link` files, and the parents of the packages setuptools' editable finders map.
+/// Directories of `template` that editable installs made importable (see [`EDITABLE_ROOTS_PY`]).
 fn editable_roots(venv: &Path, template: &Path) -> Vec<String> {
-    let mut roots = std::collections::BTreeSet::new();
-    let template = template.display().to_string();
-    let Ok(libs) = std::fs::read_dir(venv.join("lib")) else {
-        return vec![];
-    };
-    for lib in libs.flatten() {
-        let Ok(entries) = std::fs::read_dir(lib.path().join("site-packages")) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let finder = name.starts_with("__editable__") && name.ends_with("_finder.py");
-            if !(name.ends_with(".pth") || name.ends_with(".egg-link") || finder) {
-                continue;
-            }
-            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-            if finder {
-                // MAPPING: dict = {'pkg': '/path/to/src/pkg', ...}
-                for piece in text.split(['\'', '"']) {
-                    if let Some(rel) = piece.strip_prefix(&template) {
-                        let rel = rel.trim_start_matches('/');
-                        let parent = rel.rsplit_once('/').map_or(".", |(p, _)| p);
-                        roots.insert(parent.to_string());
-                    }
-                }
-            } else {
-                for line in text.lines() {
-                    if let Some(rel) = line.trim().strip_prefix(&template) {
-                        let rel = rel.trim_start_matches('/');
-                        roots.insert(if rel.is_empty() { "." } else { rel }.to_string());
-                    }
-                }
-            }
-        }
-    }
-    roots.into_iter().collect()
+    let out = std::process::Command::new(venv.join("bin/python"))
+        .args(["-c", EDITABLE_ROOTS_PY])
+        .arg(template)
+        .envs(read_env_file(&venv.join(ENV_FILE)))
+        .stdin(Stdio::null())
+        .output();
+    out.map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 fn prepare_checkout(
@@ -615,10 +421,19 @@ fn exec_blocking(
         .prefix("exec-")
         .tempdir_in(&work_root)
         .map_err(|e| infra("creating the work directory", e))?;
-    copy_tree(template, work.path())?;
+    // The execution's own root, as a container's: the repository copy in `repo/`, HOME and TMPDIR
+    // in `tmp/` beside it, both the execution user's. Tools that look upwards from a temporary
+    // directory (pytest's rootdir) find neither the repository's configuration nor a directory
+    // they cannot write.
+    let repo = work.path().join("repo");
+    let scratch = work.path().join("tmp");
+    for d in [&repo, &scratch] {
+        std::fs::create_dir(d).map_err(|e| infra("creating the work directory", e))?;
+    }
+    copy_tree(template, &repo)?;
     for f in &req.files {
         check_relative_path(&f.path)?;
-        let dest = work.path().join(&f.path);
+        let dest = repo.join(&f.path);
         if let Some(parent) = dest.parent() {
             std::fs::create_dir_all(parent).map_err(|e| infra("writing input files", e))?;
         }
@@ -654,7 +469,7 @@ fn exec_blocking(
             if !v.is_empty() {
                 let paths: Vec<String> = v
                     .split(':')
-                    .map(|r| work.path().join(r).display().to_string())
+                    .map(|r| repo.join(r).display().to_string())
                     .collect();
                 extra.push(("PYTHONPATH".into(), paths.join(":")));
             }
@@ -664,15 +479,15 @@ fn exec_blocking(
     }
     let mut cmd = std::process::Command::new(program);
     cmd.args(args)
-        .current_dir(work.path())
+        .current_dir(&repo)
         .env_clear()
         .env(
             "PATH",
             format!("{}/bin:/usr/local/bin:/usr/bin:/bin", venv.display()),
         )
         .env("VIRTUAL_ENV", venv)
-        .env("HOME", work.path())
-        .env("TMPDIR", work.path())
+        .env("HOME", &scratch)
+        .env("TMPDIR", &scratch)
         .env("LANG", "C.UTF-8")
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .envs(extra.iter().map(|(k, v)| (k, v)))

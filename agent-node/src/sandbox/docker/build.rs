@@ -172,8 +172,40 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The env layer: CA bundle, a virtualenv at `/opt/venv`, the recipe's packages in it.
-pub(super) fn env_layer(base: &str, recipe: &EnvRecipe, ca_bundle: Option<Vec<u8>>) -> Layer {
+/// The python layer: a host interpreter's whole prefix at its own absolute path (so its built-in
+/// library path holds) and `/usr/local/bin/pythonX.Y`, for a version the base image lacks.
+pub(super) fn python_layer(
+    base: &str,
+    key: String,
+    prefix_tar: Vec<u8>,
+    exe: &str,
+    version: &str,
+) -> Layer {
+    let mut l = Layer::new(base, "python", key);
+    l.files.push(("python.tar".into(), prefix_tar));
+    // ADD unpacks a local tar archive.
+    l.step(
+        "ADD python.tar /".into(),
+        Origin::Harness("unpacking the interpreter copied from the host"),
+    );
+    l.script(vec![(
+        Origin::Harness("linking the interpreter and checking its venv module"),
+        format!(
+            "chmod 755 /root && ln -sf {exe} /usr/local/bin/python{version} && /usr/local/bin/python{version} -m venv --help >/dev/null"
+        ),
+    )]);
+    l.label();
+    l
+}
+
+/// The env layer: CA bundle, a virtualenv at `/opt/venv` made by `python`, and in it the
+/// recipe's packages, then its requirements file, then its pip pins.
+pub(super) fn env_layer(
+    base: &str,
+    recipe: &EnvRecipe,
+    ca_bundle: Option<Vec<u8>>,
+    python: &str,
+) -> Layer {
     let mut l = Layer::new(base, "env", recipe.env_key());
     // pip, requests and OpenSSL users trust the host's CAs (a TLS-intercepting proxy's too).
     let ca_env = match ca_bundle {
@@ -183,16 +215,31 @@ pub(super) fn env_layer(base: &str, recipe: &EnvRecipe, ca_bundle: Option<Vec<u8
         }
         None => String::new(),
     };
-    let mut reqs = recipe.packages.join("\n");
-    reqs.push('\n');
-    // A requirements file, not argv: specifiers like `a>=1,<2` need no shell quoting.
-    l.files
-        .push(("reprobench/requirements.txt".into(), reqs.into_bytes()));
+    // Requirements files, not argv: specifiers like `a>=1,<2` need no shell quoting.
+    let lines = |v: &[String]| {
+        let mut t = v.join("\n");
+        t.push('\n');
+        t.into_bytes()
+    };
+    l.files.push((
+        "reprobench/requirements.txt".into(),
+        lines(&recipe.packages),
+    ));
+    if let Some(reqs) = &recipe.requirements {
+        l.files.push((
+            "reprobench/repo-requirements.txt".into(),
+            reqs.clone().into_bytes(),
+        ));
+    }
+    l.files.push((
+        "reprobench/pip-packages.txt".into(),
+        lines(&recipe.pip_packages),
+    ));
     l.step(
         "COPY reprobench/ /etc/reprobench/".into(),
         Origin::Harness("copying the CA bundle and requirements in"),
     );
-    // PATH names the virtualenv before it exists: `python3` below is still the system one.
+    // PATH names the virtualenv before it exists: the interpreter below is still the base one.
     l.step(
         format!(
             "ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -202,15 +249,21 @@ pub(super) fn env_layer(base: &str, recipe: &EnvRecipe, ca_bundle: Option<Vec<u8
     );
     let mut pieces = vec![(
         Origin::Harness(
-            "creating the virtualenv with `python3 -m venv` (the base image needs python3-venv)",
+            "creating the virtualenv with `python -m venv` (the base image needs python3-venv)",
         ),
-        "/usr/bin/env python3 -m venv /opt/venv".to_string(),
+        format!("/usr/bin/env {python} -m venv /opt/venv"),
     )];
-    if !recipe.packages.is_empty() {
-        pieces.push((
-            Origin::Packages,
-            "pip install --no-cache-dir -r /etc/reprobench/requirements.txt".into(),
-        ));
+    for (present, file) in [
+        (!recipe.packages.is_empty(), "requirements.txt"),
+        (recipe.requirements.is_some(), "repo-requirements.txt"),
+        (!recipe.pip_packages.is_empty(), "pip-packages.txt"),
+    ] {
+        if present {
+            pieces.push((
+                Origin::Packages,
+                format!("pip install --no-cache-dir -r /etc/reprobench/{file}"),
+            ));
+        }
     }
     l.script(pieces);
     l.label();
@@ -251,14 +304,38 @@ pub(super) fn instance_layer(env_tag: &str, recipe: &EnvRecipe, repo_tar: Vec<u8
         Origin::Harness("making the repository a git repository (the base image needs git)"),
         git,
     )];
-    // Each command in its own bash, from the repository root, as a Dockerfile RUN would.
-    let in_repo = |c: &str| format!("(cd {WORKDIR} && exec /bin/bash -c {})", sh_quote(c));
+    // Each command in its own bash, from the repository root, as a Dockerfile RUN would, with
+    // the recipe's variables.
+    let exports: String = recipe
+        .env_vars
+        .iter()
+        .filter(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(|(k, v)| format!("export {k}={} && ", sh_quote(v)))
+        .collect();
+    let in_repo = |c: &str| {
+        format!(
+            "(cd {WORKDIR} && {exports}exec /bin/bash -c {})",
+            sh_quote(c)
+        )
+    };
     for (i, c) in recipe.pre_install.iter().enumerate() {
         pieces.push((Origin::PreInstall(i), in_repo(c)));
     }
     if !recipe.install.trim().is_empty() {
         pieces.push((Origin::Install, in_repo(&recipe.install)));
     }
+    pieces.push((
+        Origin::Harness("listing the repository's editable-install roots"),
+        {
+            // Base64, so no shell or Dockerfile quoting touches the script.
+            use base64::Engine;
+            let b64 = base64::engine::general_purpose::STANDARD
+                .encode(super::super::EDITABLE_ROOTS_PY);
+            format!(
+                "mkdir -p /etc/reprobench && python -c \"import base64; exec(base64.b64decode('{b64}'))\" {WORKDIR} > /etc/reprobench/editable"
+            )
+        },
+    ));
     l.script(pieces);
     l.label();
     l
@@ -557,7 +634,7 @@ mod tests {
     #[test]
     fn layers_have_one_instruction_per_line_and_few_steps() {
         let r = recipe();
-        let env = env_layer("base:1", &r, Some(b"CA".to_vec()));
+        let env = env_layer("base:1", &r, Some(b"CA".to_vec()), "python3");
         let text = env.dockerfile();
         let instructions: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
         assert_eq!(instructions.len(), env.steps.len());
@@ -591,9 +668,13 @@ mod tests {
             inst.steps.len()
         );
         assert_eq!(inst.steps.len(), 5, "{text}");
-        assert_eq!(inst.pieces.len(), 3);
+        assert_eq!(inst.pieces.len(), 4);
         assert_eq!(inst.pieces[1], Origin::PreInstall(0));
         assert_eq!(inst.pieces[2], Origin::Install);
+        assert!(
+            matches!(inst.pieces[3], Origin::Harness(_)),
+            "the editable-roots probe"
+        );
         assert!(inst.context().unwrap().len() > 1024);
     }
 
@@ -611,7 +692,7 @@ mod tests {
     fn no_packages_means_no_pip_and_no_ca_means_no_ca_env() {
         let mut r = recipe();
         r.packages.clear();
-        let env = env_layer("b", &r, None);
+        let env = env_layer("b", &r, None, "python3");
         assert!(!env.pieces.contains(&Origin::Packages));
         assert!(!run_argv(&env)[2].contains("pip install"));
         assert!(!env.dockerfile().contains(CA_PATH));

@@ -26,11 +26,17 @@ const SETUP_FAILED: i64 = 223;
 /// stripped from the output.
 const MARKER: &[u8] = b"\x1ereprobench: command starts\x1e\n";
 /// The wrapper, run as `sh -c WRAPPER reprobench-exec ARGV…`: stderr joins stdout so the output
-/// is interleaved as written; the repository, then the input files, go into the tmpfs at /work.
+/// is interleaved as written; the repository, then the input files, go into the tmpfs at /work;
+/// the copy's editable-install roots (listed by the instance layer) go first on PYTHONPATH.
 const WRAPPER: &str = r#"exec 2>&1
 if ! { cp -a /testbed/. /work/ && cp -a /reprobench-in/. /work/ && cd /work; }; then
   echo "reprobench: copying the repository and the input files into /work failed"
   exit 223
+fi
+if [ -s /etc/reprobench/editable ]; then
+  p=""
+  while IFS= read -r r; do p="${p:+$p:}/work/$r"; done < /etc/reprobench/editable
+  export PYTHONPATH="$p${PYTHONPATH:+:$PYTHONPATH}"
 fi
 printf '\036reprobench: command starts\036\n'
 exec "$@"
