@@ -921,7 +921,8 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         a.repos,
         slice.join("repos").display()
     );
-    crate::datasets::import_mirrors(&tarballs, &root.join("repos"))?;
+    // Progress goes to stderr: stdout carries the benchmark's (JSON) result.
+    crate::datasets::import_mirrors(&tarballs, &root.join("repos"), |l| eprintln!("{l}"))?;
     let rows_text: String = std::fs::read_to_string(slice.join("rows.jsonl"))?
         .lines()
         .filter(|l| {

@@ -653,8 +653,9 @@ async fn fetch_android_reports(name: &str, datasets_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// `datasets import`: unpacks bare-repository tarballs (`OWNER__NAME.git.tar.gz`) into `repos`.
-pub fn import_mirrors(paths: &[PathBuf], repos: &Path) -> Result<()> {
+/// `datasets import`: unpacks bare-repository tarballs (`OWNER__NAME.git.tar.gz`) into `repos`,
+/// telling `say` one line per tarball.
+pub fn import_mirrors(paths: &[PathBuf], repos: &Path, say: impl Fn(&str)) -> Result<()> {
     let mut tarballs = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -688,7 +689,7 @@ pub fn import_mirrors(paths: &[PathBuf], repos: &Path) -> Result<()> {
         let name = file.trim_end_matches(".tar.gz").to_string();
         let dest = repos.join(&name);
         if dest.join("HEAD").is_file() {
-            println!("{name}: already in {}", repos.display());
+            say(&format!("{name}: already in {}", repos.display()));
             continue;
         }
         let tmp = tempfile::Builder::new()
@@ -727,10 +728,10 @@ pub fn import_mirrors(paths: &[PathBuf], repos: &Path) -> Result<()> {
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default();
-        println!(
+        say(&format!(
             "{name}: imported into {} ({commits} commits)",
             repos.display()
-        );
+        ));
     }
     Ok(())
 }

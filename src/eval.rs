@@ -47,6 +47,10 @@ pub struct EvalArgs {
     /// count as failures, and any other finding leaves the instance unresolved.
     #[arg(long)]
     strict: bool,
+    /// Run the tests without SWT-bench's line tracing: faster, but no coverage figures (and the
+    /// test command runs untraced, unlike SWT-bench's own runs).
+    #[arg(long)]
+    no_coverage: bool,
     /// Start an embedded coordinator and N node processes on this machine.
     #[arg(long, value_name = "N", conflicts_with = "coordinator")]
     local_nodes: Option<u32>,
@@ -106,8 +110,18 @@ pub fn summary(
 ) -> serde_json::Value {
     let mut ids: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut coverage = Vec::new();
     for r in rows {
         let d: serde_json::Value = serde_json::from_str(&r.details_json).unwrap_or_default();
+        if r.error_class.is_none() {
+            coverage.push(
+                reprobench_agent_node::swt::grading::coverage::CoverageFigures {
+                    coverage_pred: d["coverage_pred"].as_f64(),
+                    coverage_delta_pred: d["coverage_delta_pred"].as_f64(),
+                    ..Default::default()
+                },
+            );
+        }
         let id = r.instance_id.clone();
         if r.error_class.is_some() {
             ids.entry("error_ids").or_default().push(id);
@@ -139,6 +153,8 @@ pub fn summary(
     }
     let n = |k: &str| ids.get(k).map_or(0, Vec::len);
     let list = |k: &str| serde_json::json!(ids.get(k).cloned().unwrap_or_default());
+    let (mean_coverage, mean_coverage_delta) =
+        reprobench_agent_node::swt::grading::coverage::means(&coverage);
     serde_json::json!({
         "total_instances": total,
         "completed_instances": n("completed_ids"),
@@ -150,6 +166,8 @@ pub fn summary(
         "f2x_instances": counts.get("f2x").copied().unwrap_or(0),
         "p2p_instances": counts.get("p2p").copied().unwrap_or(0),
         "suspicious_instances": n("suspicious_ids"),
+        "Mean coverage": mean_coverage,
+        "Mean coverage delta": mean_coverage_delta,
         "rules": grading.rules.name(),
         "strict": grading.strict,
         "completed_ids": list("completed_ids"),
@@ -335,6 +353,7 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
             timeout_s: a.timeout_s,
             rules: a.rules,
             strict: a.strict,
+            coverage: !a.no_coverage,
             ..EvalSettings::default()
         },
     };
@@ -373,6 +392,7 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
     let grading = GradingSettings {
         rules: a.rules,
         strict: a.strict,
+        coverage: !a.no_coverage,
     };
     let summary = summary(&done.rows, total, &problems, grading);
     let out = a

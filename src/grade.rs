@@ -6,7 +6,7 @@ use crate::eval;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use reprobench_agent_node::swt::case::{self, CaseError};
-use reprobench_agent_node::swt::evaluate::put_grade;
+use reprobench_agent_node::swt::evaluate::{put_coverage, put_grade};
 use reprobench_agent_node::swt::grading::{InstanceGrade, RUNS, Rules};
 use reprobench_coordinator::store::Store;
 use reprobench_proto::grading::GradingSettings;
@@ -103,12 +103,26 @@ fn grade_dirs(dirs: &[PathBuf], rules: Rules, strict: bool, json: bool) -> ExitC
     for dir in dirs {
         match case::grade_dir(dir, rules, strict) {
             Ok(g) => {
+                let coverage = case::coverage_of(dir, g.patch_applied);
                 if json {
                     let mut v = serde_json::to_value(&g).expect("a grade serializes");
+                    if let Some(c) = &coverage {
+                        put_coverage(&mut v, c);
+                    }
                     v["dir"] = dir.display().to_string().into();
                     println!("{v}");
                 } else {
-                    println!("{}: {}", dir.display(), headline(&g));
+                    let mut line = headline(&g);
+                    if let Some(c) =
+                        coverage.and_then(|c| c.coverage_pred.zip(c.coverage_delta_pred))
+                    {
+                        line.push_str(&format!(
+                            "  coverage {:.1}% Δ {:.1}%",
+                            c.0 * 100.0,
+                            c.1 * 100.0
+                        ));
+                    }
+                    println!("{}: {line}", dir.display());
                 }
             }
             Err(e) => {
@@ -239,6 +253,9 @@ fn regrade_run(a: &GradeArgs, run: &str) -> Result<ExitCode> {
                         changed.push((r.instance_id.clone(), r.success, g.resolved));
                     }
                     put_grade(&mut report, &g);
+                    if let Some(c) = case::coverage_of(&grade_dir, g.patch_applied) {
+                        put_coverage(&mut report, &c);
+                    }
                     r.success = g.resolved;
                     r.verdict = if g.resolved { "resolved" } else { "unresolved" }.into();
                     r.rules = Some(a.rules.name().into());
@@ -274,6 +291,7 @@ fn regrade_run(a: &GradeArgs, run: &str) -> Result<ExitCode> {
     let grading = GradingSettings {
         rules: a.rules,
         strict: a.strict,
+        coverage: true,
     };
     let mut summary = eval::summary(&rows, total, &[], grading);
     summary["regraded_instances"] = regraded.into();

@@ -122,6 +122,28 @@ fn requests_from_the_real_slice_is_graded_as_swt_bench_grades_it() {
     );
     let r = report(&gold, "psf__requests-3362");
     assert_eq!(r["parser"], "pytest_options");
+    // SWT-bench's coverage: the golden tests run the golden patch's changed lines, more than the
+    // runs without them do; the gold "prediction" is the golden test patch.
+    for id in INSTANCES {
+        let g = report(&gold, id);
+        let share = |k: &str| {
+            g[k].as_f64()
+                .unwrap_or_else(|| panic!("{id}: no {k}: {g:#}"))
+        };
+        assert!(
+            share("coverage_gold") > 0.0 && share("coverage_delta_gold") > 0.0,
+            "{id}: {g:#}"
+        );
+        assert_eq!(g["coverage_pred"], g["coverage_gold"], "{id}");
+    }
+    let summary: Value = serde_json::from_slice(
+        &std::fs::read(Path::new(gold["reports"].as_str().unwrap()).join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        summary["Mean coverage delta"].as_f64().unwrap() > 0.0,
+        "{summary}"
+    );
     assert!(
         r["test_directives"] == serde_json::json!(["tests/test_requests.py"]),
         "{r}"
@@ -138,7 +160,15 @@ fn requests_from_the_real_slice_is_graded_as_swt_bench_grades_it() {
     );
     let nothing = eval(dir.path(), &rows_file, preds.to_str().unwrap(), &[]);
     assert_eq!(nothing["resolved"], 0, "{nothing}");
-    assert_eq!(report(&nothing, "psf__requests-1142")["p2p"], true);
+    let r = report(&nothing, "psf__requests-1142");
+    let pred_pre_log = std::fs::read_to_string(
+        Path::new(nothing["reports"].as_str().unwrap()).join("psf__requests-1142/pred_pre.log"),
+    )
+    .unwrap_or_default();
+    assert_eq!(
+        r["p2p"], true,
+        "a passing new test is P→P: {r:#}\npred_pre.log:\n{pred_pre_log}"
+    );
     assert!(
         report(&nothing, "psf__requests-1142")["executions"]["gold_pre"]["cached"] == true,
         "gold and base come from the cache: only the prediction's two executions run"

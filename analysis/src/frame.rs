@@ -23,6 +23,7 @@ pub const COLUMNS: &[&str] = &[
     "error_class",
     "error_message",
     "rules",
+    "coverage_delta",
     "attempts",
     "llm_calls",
     "tokens_in",
@@ -42,7 +43,11 @@ pub const COLUMNS: &[&str] = &[
 ];
 
 /// Columns added after the first release; files without them read them as nulls.
-const LATER_COLUMNS: &[&str] = &["error_message", "rules"];
+const LATER_COLUMNS: &[(&str, DataType)] = &[
+    ("error_message", DataType::String),
+    ("rules", DataType::String),
+    ("coverage_delta", DataType::Float64),
+];
 
 /// Result rows as a DataFrame with the schema's column names and types.
 pub fn to_frame(rows: &[ResultRow]) -> PolarsResult<DataFrame> {
@@ -91,6 +96,12 @@ pub fn to_frame(rows: &[ResultRow]) -> PolarsResult<DataFrame> {
         opt_text("error_message", rows, |r| r.error_message.as_deref()),
         opt_text("rules", rows, |r| r.rules.as_deref()),
         Column::new(
+            "coverage_delta".into(),
+            rows.iter()
+                .map(|r| r.coverage_delta)
+                .collect::<Vec<Option<f64>>>(),
+        ),
+        Column::new(
             "attempts".into(),
             rows.iter().map(|r| r.attempts).collect::<Vec<u32>>(),
         ),
@@ -131,14 +142,10 @@ pub fn load(paths: &[impl AsRef<Path>]) -> Result<DataFrame, String> {
                 .finish()
                 .map_err(|e| format!("{}: not a readable Parquet file: {e}", p.display()))?;
             // Columns added to the schema later are null in files written before them.
-            for c in LATER_COLUMNS {
+            for (c, kind) in LATER_COLUMNS {
                 if df.column(c).is_err() {
-                    df.with_column(Column::full_null(
-                        (*c).into(),
-                        df.height(),
-                        &DataType::String,
-                    ))
-                    .map_err(|e| e.to_string())?;
+                    df.with_column(Column::full_null((*c).into(), df.height(), kind))
+                        .map_err(|e| e.to_string())?;
                 }
             }
             for c in COLUMNS {
@@ -261,6 +268,12 @@ pub fn to_rows(df: &DataFrame) -> PolarsResult<Vec<ResultRow>> {
         os("error_class")?,
     );
     let (error_message, rules) = (os("error_message")?, os("rules")?);
+    let coverage_delta: Vec<Option<f64>> = df
+        .column("coverage_delta")?
+        .cast(&DataType::Float64)?
+        .f64()?
+        .iter()
+        .collect();
     let (repeat, attempts, llm_calls, t_in, t_out, t_cached) = (
         u("repeat")?,
         u("attempts")?,
@@ -306,6 +319,7 @@ pub fn to_rows(df: &DataFrame) -> PolarsResult<Vec<ResultRow>> {
             error_class: error_class[i].clone(),
             error_message: error_message[i].clone(),
             rules: rules[i].clone(),
+            coverage_delta: coverage_delta[i],
             attempts: n32(attempts[i]).unwrap_or(0),
             llm_calls: llm_calls[i].unwrap_or(0),
             tokens_in: t_in[i].unwrap_or(0),

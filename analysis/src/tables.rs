@@ -192,9 +192,19 @@ fn per_cell(df: &DataFrame) -> Result<DataFrame, String> {
                 .filter(ok)
                 .mean()
                 .alias("time_min"),
+            // SWT-bench's mean coverage delta: over the tasks that have one, successful or not.
+            (col("coverage_delta").cast(DataType::Float64).mean() * lit(100.0))
+                .alias("coverage_delta_pct"),
             len().alias("tasks"),
         ]);
-    let metrics = ["sr", "actions", "tokens_k", "cost_usd", "time_min"];
+    let metrics = [
+        "sr",
+        "actions",
+        "tokens_k",
+        "cost_usd",
+        "time_min",
+        "coverage_delta_pct",
+    ];
     let mut aggs: Vec<Expr> = Vec::new();
     for m in metrics {
         aggs.push(col(m).mean().alias(format!("{m}_mean")));
@@ -278,6 +288,7 @@ pub fn main(df: &DataFrame, opts: &TableOptions) -> Result<Table, String> {
             ("tokens_k", 2),
             ("cost_usd", 3),
             ("time_min", 2),
+            ("coverage_delta_pct", 2),
         ]
         .map(|(m, d)| (m, d, get(m)));
         let mut splits: BTreeMap<(String, String, String), BTreeMap<String, Cell>> =
@@ -379,6 +390,15 @@ pub fn main(df: &DataFrame, opts: &TableOptions) -> Result<Table, String> {
     ] {
         columns.push((k.into(), h.into()));
     }
+    // SWT results carry SWT-bench's coverage delta; android ones have none, and no column.
+    let has_coverage = df.height() > 0
+        && df
+            .column("coverage_delta")
+            .map(|c| c.null_count() < c.len())
+            .unwrap_or(false);
+    if has_coverage {
+        columns.push(("coverage_delta_pct".into(), "Coverage Δ (%)".into()));
+    }
     if let Some((name, _)) = &reference {
         columns.push((
             "relative_improvement_pct".into(),
@@ -411,7 +431,7 @@ pub fn main(df: &DataFrame, opts: &TableOptions) -> Result<Table, String> {
         t.push(cells);
     }
     t.note = Some(
-        "SR over all tasks; Actions, Tokens, Cost and Time averaged over successful tasks; mean ± std over repeats. Rows marked `published` are a paper's printed figures.".into(),
+        "SR over all tasks; Actions, Tokens, Cost and Time averaged over successful tasks; Coverage Δ (SWT-bench's) over the tasks that have one; mean ± std over repeats. Rows marked `published` are a paper's printed figures.".into(),
     );
     Ok(t)
 }

@@ -680,7 +680,8 @@ impl Store {
                         r.success, r.verdict, r.error_class, r.epoch, r.llm_calls, r.tokens_in, r.tokens_out, r.tokens_cached, r.cost_usd, r.wall_s,
                         r.actions, r.trace_len, t.ground_truth_actions, r.feedback_iterations, r.localized_files_correct,
                         r.started_at_ms, r.finished_at_ms, r.node_id, r.artifact_path, r.details, r.error_message,
-                        CASE WHEN json_valid(r.details) THEN json_extract(r.details, '$.rules') END
+                        CASE WHEN json_valid(r.details) THEN json_extract(r.details, '$.rules') END,
+                        CASE WHEN json_valid(r.details) THEN json_extract(r.details, '$.coverage_delta_pred') END
                  FROM results r JOIN tasks t ON t.task_id = r.task_id JOIN runs u ON u.run_id = r.run_id
                  WHERE r.run_id = ?1 ORDER BY r.task_id",
             )
@@ -707,6 +708,13 @@ impl Store {
                         .get::<_, Option<rusqlite::types::Value>>(32)?
                         .and_then(|v| match v {
                             rusqlite::types::Value::Text(t) => Some(t),
+                            _ => None,
+                        }),
+                    coverage_delta: r
+                        .get::<_, Option<rusqlite::types::Value>>(33)?
+                        .and_then(|v| match v {
+                            rusqlite::types::Value::Real(x) => Some(x),
+                            rusqlite::types::Value::Integer(i) => Some(i as f64),
                             _ => None,
                         }),
                     attempts: r.get(14)?,

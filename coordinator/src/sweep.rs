@@ -260,6 +260,7 @@ fn expand_swt(
                             grading: GradingSettings {
                                 rules: spec.eval.rules,
                                 strict: spec.eval.strict,
+                                coverage: spec.eval.coverage,
                             },
                         };
                         tasks.push(NewTask {

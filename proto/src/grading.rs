@@ -63,7 +63,7 @@ impl std::str::FromStr for Rules {
 }
 
 /// How an SWT evaluation is graded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GradingSettings {
     /// The version of SWT-bench's rules.
@@ -71,4 +71,17 @@ pub struct GradingSettings {
     /// Suspicious findings change the verdict (passes of a run that exited non-zero count as
     /// failures; any other finding leaves the instance unresolved).
     pub strict: bool,
+    /// Trace the golden patch's files in every execution, as SWT-bench's runs do by default,
+    /// for its coverage figures.
+    pub coverage: bool,
+}
+
+impl Default for GradingSettings {
+    fn default() -> Self {
+        GradingSettings {
+            rules: Rules::default(),
+            strict: false,
+            coverage: true,
+        }
+    }
 }

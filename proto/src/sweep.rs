@@ -53,6 +53,8 @@ pub struct EvalSettings {
     pub rules: crate::grading::Rules,
     /// reprobench's suspicious findings change verdicts.
     pub strict: bool,
+    /// Trace line coverage of the golden patch's files (SWT-bench's coverage figures).
+    pub coverage: bool,
 }
 
 impl Default for EvalSettings {
@@ -66,6 +68,7 @@ impl Default for EvalSettings {
             disk_mb: 1024,
             rules: crate::grading::Rules::default(),
             strict: false,
+            coverage: true,
         }
     }
 }

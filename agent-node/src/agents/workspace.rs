@@ -234,6 +234,8 @@ impl Workspace for SandboxWorkspace {
             nonce: &nonce,
             env: &[],
             setup: &[],
+            // The agent's own test runs need no coverage.
+            coverage_files: None,
         });
         let out = self
             .sandbox

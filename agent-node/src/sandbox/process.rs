@@ -168,13 +168,27 @@ fn pip_install(
     })
 }
 
-fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBuf, SandboxError> {
-    // Interpreters differ when executions run as nobody (it must be able to run the venv's).
-    let name = if public {
-        format!("{}-public", recipe.env_key())
+/// The venv's name in the cache. An environment whose install steps put the repository into the
+/// venv (`pip install .` copies it into site-packages) gets a venv per instance, as a container
+/// image per instance does: instances of one environment at other commits must not see it.
+/// Interpreters differ when executions run as nobody (it must be able to run the venv's).
+fn venv_name(recipe: &EnvRecipe, public: bool) -> String {
+    let installs = !recipe.install.trim().is_empty() || !recipe.pre_install.is_empty();
+    let key = if installs {
+        format!("{}-{}", recipe.env_key(), recipe.instance_key())
     } else {
         recipe.env_key()
     };
+    if public { format!("{key}-public") } else { key }
+}
+
+/// Marker in a venv: the install steps of the checkout `key` ran into it.
+fn installed_marker(venv: &Path, key: &str) -> PathBuf {
+    venv.join(format!(".reprobench-installed-{key}"))
+}
+
+fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBuf, SandboxError> {
+    let name = venv_name(recipe, public);
     let root = cache.join("venvs");
     let dir = root.join(&name);
     if dir.join(".reprobench-ready").exists() {
@@ -265,7 +279,12 @@ fn prepare_checkout(
 ) -> Result<PathBuf, SandboxError> {
     let root = cache.join("checkouts");
     let dir = root.join(recipe.instance_key());
-    if dir.join(".git/reprobench-ready").exists() {
+    // Ready only together with its venv: a venv built anew has not seen the install steps.
+    let ready = || {
+        dir.join(".git/reprobench-ready").exists()
+            && installed_marker(venv, &recipe.instance_key()).exists()
+    };
+    if ready() {
         return Ok(dir);
     }
     if !recipe.mirror.is_dir() {
@@ -297,7 +316,7 @@ fn prepare_checkout(
     std::fs::create_dir_all(&root).map_err(|e| infra("creating the checkout cache", e))?;
     // Built in place under a lock, never moved: editable installs record the checkout's path.
     let _lock = FileLock::acquire(&root.join(format!("{}.lock", recipe.instance_key())))?;
-    if dir.join(".git/reprobench-ready").exists() {
+    if ready() {
         return Ok(dir);
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -344,7 +363,8 @@ fn prepare_checkout(
         );
         std::fs::write(dir.join(EXEC_ENV_FILE), exec_env)
             .map_err(|e| infra("writing the checkout's environment", e))?;
-        std::fs::write(dir.join(".git/reprobench-ready"), b"")
+        std::fs::write(installed_marker(venv, &recipe.instance_key()), b"")
+            .and_then(|()| std::fs::write(dir.join(".git/reprobench-ready"), b""))
             .map_err(|e| infra("marking the checkout ready", e))
     })();
     if let Err(e) = built {
@@ -579,7 +599,7 @@ impl Sandbox for ProcessSandbox {
         let cache = self.cache_dir.clone();
         let recipe = recipe.clone();
         let lock = self.lock_for(&recipe.instance_key());
-        let env_lock = self.lock_for(&format!("env-{}", recipe.env_key()));
+        let env_lock = self.lock_for(&format!("venv-{}", venv_name(&recipe, self.as_nobody)));
         let public = self.as_nobody;
         Box::pin(async move {
             let _g = lock.lock().await;

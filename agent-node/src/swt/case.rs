@@ -6,9 +6,12 @@
 //! reprobench's own directories also `instance_id`, `timed_out` (runs killed at the timeout) and
 //! `findings` (what the harness noticed while running them, such as a patch that applies only
 //! with fuzz). reprobench's logs are its executions' output without its own marker lines.
+//! Runs that traced coverage leave `RUN.coverage` (the tracer's counts, a JSON object per line;
+//! not named `.jsonl`, which `--replay` reads as transcripts) and the directory
+//! `golden_code.patch`, from which SWT-bench's coverage figures are computed.
 
 use crate::swt::grading::instance::{self, InstanceGrade, RUNS, RunInput, Suspicion, finding};
-use crate::swt::grading::{Family, Rules};
+use crate::swt::grading::{Family, Rules, coverage};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -171,6 +174,49 @@ pub fn grade_dir(dir: &Path, rules: Rules, strict: bool) -> Result<InstanceGrade
     instance::grade(&runs, family, rules, strict).map_err(|why| CaseError::NotGraded {
         why,
         dir: dir.to_path_buf(),
+    })
+}
+
+/// The golden code patch beside the logs, which the coverage figures are measured against.
+pub const CODE_PATCH_FILE: &str = "golden_code.patch";
+
+/// Writes the tracer's counts of each run that traced coverage (`RUN.coverage`).
+pub fn write_coverage(dir: &Path, counts: &[Option<&str>; 6]) -> std::io::Result<()> {
+    for (name, text) in RUNS.iter().zip(counts) {
+        if let Some(text) = text {
+            std::fs::write(dir.join(format!("{name}.coverage")), text)?;
+        }
+    }
+    Ok(())
+}
+
+/// SWT-bench's coverage figures of a grade directory, when it holds the golden code patch
+/// (`golden_code.patch`) and its runs' counts: reprobench's `RUN.coverage` files, or the
+/// coverage dumps in SWT-bench's own logs. `None` when there is nothing to measure.
+pub fn coverage_of(dir: &Path, patch_applied: bool) -> Option<coverage::CoverageFigures> {
+    let code_patch = std::fs::read_to_string(dir.join(CODE_PATCH_FILE)).ok()?;
+    let mut any = false;
+    let counts: [coverage::LineCounts; 6] = std::array::from_fn(|i| {
+        let name = RUNS[i];
+        if let Ok(text) = std::fs::read_to_string(dir.join(format!("{name}.coverage"))) {
+            any = true;
+            return coverage::from_tracer_lines(&text);
+        }
+        let log = std::fs::read(dir.join(format!("{name}.log"))).unwrap_or_default();
+        match coverage::from_swt_bench_log(&String::from_utf8_lossy(&log)) {
+            Some(c) => {
+                any = true;
+                c
+            }
+            None => coverage::LineCounts::new(),
+        }
+    });
+    any.then(|| {
+        coverage::figures(
+            &code_patch,
+            std::array::from_fn(|i| &counts[i]),
+            patch_applied,
+        )
     })
 }
 

@@ -15,7 +15,7 @@ use crate::gateway::Gateway;
 use crate::sandbox::{EnvRecipe, ExecRequest, Limits, Prepared, Sandbox, SandboxError};
 use crate::swt::case::{self, CaseFile};
 use crate::swt::grading::instance::{self, InstanceGrade, RUNS, RunInput};
-use crate::swt::grading::{Categories, Category, Family};
+use crate::swt::grading::{Categories, Category, Family, coverage};
 use crate::swt::script::{self, PatchOutcome};
 use crate::swt::{mirror, patch, snippet};
 use reprobench_proto::swt::{SwtAgent, SwtPayload, mirror_name};
@@ -88,17 +88,20 @@ pub struct ExecRecord {
     pub cached: bool,
 }
 
-/// A cached gold or base execution: its record and its log.
+/// A cached gold or base execution: its record, its log and its coverage counts.
 #[derive(Serialize, Deserialize)]
 struct CachedExecution {
     record: ExecRecord,
     log: String,
+    #[serde(default)]
+    coverage: Option<String>,
 }
 
-/// One execution's record and log.
+/// One execution's record, log and (when traced) the tracer's counts as JSON lines.
 struct Execution {
     record: ExecRecord,
     log: String,
+    coverage: Option<String>,
 }
 
 enum Which {
@@ -147,13 +150,27 @@ struct Step<'a> {
     directives: &'a [String],
 }
 
+/// The files whose lines the executions trace: those the golden code patch changes, when the
+/// run computes coverage.
+fn coverage_files(payload: &SwtPayload) -> Option<Vec<String>> {
+    if !payload.grading.coverage {
+        return None;
+    }
+    let files = coverage::changed_files(&payload.instance.patch);
+    (!files.is_empty()).then_some(files)
+}
+
 impl SwtExecutor {
     fn cache_file(&self, job: &Job<'_>, step: &Step<'_>) -> Option<PathBuf> {
         if matches!(step.which, Which::Pred) {
             return None;
         }
+        // A traced execution depends on the files traced and on the tracer itself.
+        let traced = coverage_files(job.payload)
+            .map(|f| format!("{}\n{}", f.join("\n"), script::COVERAGE_TRACER));
         let key = fnv_hex(&[
             "swt-exec-v2",
+            traced.as_deref().map_or("untraced", |f| f),
             &job.recipe.instance_key(),
             step.label,
             &step.directives.join("\n"),
@@ -173,7 +190,11 @@ impl SwtExecutor {
         let c: CachedExecution = serde_json::from_slice(&std::fs::read(file).ok()?).ok()?;
         let mut record = c.record;
         record.cached = true;
-        Some(Execution { record, log: c.log })
+        Some(Execution {
+            record,
+            log: c.log,
+            coverage: c.coverage,
+        })
     }
 
     async fn execute(&self, job: &Job<'_>, step: &Step<'_>) -> Result<Execution, SandboxError> {
@@ -181,6 +202,7 @@ impl SwtExecutor {
             return Ok(e);
         }
         let nonce = nonce();
+        let traced = coverage_files(job.payload);
         let plan = script::Plan {
             test_patch: step.test_patch,
             code_patch: step.post.then_some(job.payload.instance.patch.as_str()),
@@ -189,6 +211,7 @@ impl SwtExecutor {
             nonce: &nonce,
             env: &job.recipe.env_vars,
             setup: &job.payload.env.eval_commands,
+            coverage_files: traced.as_deref(),
         };
         let (files, command) = script::build(&plan);
         let out = self
@@ -216,6 +239,7 @@ impl SwtExecutor {
         let exec = Execution {
             record,
             log: report.log,
+            coverage: report.coverage,
         };
         if let (Some(f), false) = (self.cache_file(job, step), exec.record.timed_out) {
             if let Some(dir) = f.parent() {
@@ -225,6 +249,7 @@ impl SwtExecutor {
             let cached = CachedExecution {
                 record: exec.record.clone(),
                 log: exec.log.clone(),
+                coverage: exec.coverage.clone(),
             };
             if std::fs::write(&tmp, serde_json::to_vec(&cached).unwrap_or_default()).is_ok() {
                 let _ = std::fs::rename(&tmp, f);
@@ -582,7 +607,19 @@ impl SwtExecutor {
         };
         let logs: [Option<&str>; 6] =
             std::array::from_fn(|i| executions[i].as_ref().map(|e| e.log.as_str()));
-        if let Err(e) = case::write(&artifact_dir, &case_file, &logs) {
+        let coverage_texts: [Option<&str>; 6] =
+            std::array::from_fn(|i| executions[i].as_ref().and_then(|e| e.coverage.as_deref()));
+        let traced = coverage_files(&payload).is_some();
+        if let Err(e) = case::write(&artifact_dir, &case_file, &logs)
+            .and_then(|()| case::write_coverage(&artifact_dir, &coverage_texts))
+            .and_then(|()| {
+                if traced {
+                    std::fs::write(artifact_dir.join(case::CODE_PATCH_FILE), &inst.patch)
+                } else {
+                    Ok(())
+                }
+            })
+        {
             return outcome_error(
                 FailureClass::Infra,
                 "artifacts",
@@ -642,6 +679,16 @@ impl SwtExecutor {
             }
         };
         put_grade(&mut report, &g);
+        if traced {
+            let counts =
+                coverage_texts.map(|t| t.map(coverage::from_tracer_lines).unwrap_or_default());
+            let figures = coverage::figures(
+                &inst.patch,
+                std::array::from_fn(|i| &counts[i]),
+                g.patch_applied,
+            );
+            put_coverage(&mut report, &figures);
+        }
         let verdict = if g.resolved { "resolved" } else { "unresolved" };
         finish(report, g.resolved, verdict, None)
     }
@@ -666,6 +713,15 @@ fn new_in(pred: &Categories, base: &Categories, cat: Category) -> Vec<String> {
         .filter(|(id, c)| **c == cat && !in_base.contains(id))
         .map(|(id, _)| id.clone())
         .collect()
+}
+
+/// Puts SWT-bench's coverage figures into an instance's `report.json` (null when none).
+pub fn put_coverage(report: &mut serde_json::Value, f: &coverage::CoverageFigures) {
+    if let (Ok(serde_json::Value::Object(figures)), Some(r)) =
+        (serde_json::to_value(f), report.as_object_mut())
+    {
+        r.extend(figures);
+    }
 }
 
 /// Puts a grade into an instance's `report.json`: SWT-bench's keys, the test categories, and

@@ -34,7 +34,13 @@ pub struct Plan<'a> {
     pub env: &'a [(String, String)],
     /// Shell lines run before the patches (SWT-bench's `eval_commands`).
     pub setup: &'a [String],
+    /// Files (relative to the repository) whose line counts are traced, as SWT-bench's coverage
+    /// runs do; `None` runs the test command untraced.
+    pub coverage_files: Option<&'a [String]>,
 }
+
+/// reprobench's line-count tracer, run inside the sandbox for coverage.
+pub const COVERAGE_TRACER: &str = include_str!("coverage_tracer.py");
 
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
@@ -65,6 +71,32 @@ pub fn build(plan: &Plan<'_>) -> (Vec<InputFile>, Vec<String>) {
         }
     }
     let directives: Vec<String> = plan.directives.iter().map(|d| shell_quote(d)).collect();
+    let command = format!("{} {}", plan.test_cmd, directives.join(" "));
+    // With coverage, the tracer leaves the repository before the tests run (as the harness's
+    // other files do) and its counts are printed on marker lines after them.
+    let (coverage_setup, command, coverage_dump) = match plan.coverage_files {
+        Some(changed) => {
+            files.push(InputFile {
+                path: format!("{HARNESS_DIR}/coverage_tracer.py"),
+                contents: COVERAGE_TRACER.as_bytes().to_vec(),
+                mode: 0o644,
+            });
+            let mut tracer = String::from(
+                r#"python3 "$C/coverage_tracer.py" --out "$C/counts.jsonl" --root "$PWD""#,
+            );
+            for f in changed {
+                tracer.push_str(&format!(" --file {}", shell_quote(f)));
+            }
+            (
+                format!(
+                    "C=$(mktemp -d \"${{TMPDIR:-/tmp}}/reprobench-coverage.XXXXXX\")\nmv {HARNESS_DIR}/coverage_tracer.py \"$C/\"\n"
+                ),
+                crate::swt::grading::coverage::traced_command(&command, &tracer),
+                "echo \"REPROBENCH-$N COVERAGE\"\nif [ -f \"$C/counts.jsonl\" ]; then\n  while IFS= read -r l || [ -n \"$l\" ]; do printf 'REPROBENCH-%s COV %s\\n' \"$N\" \"$l\"; done < \"$C/counts.jsonl\"\nfi\nrm -rf \"$C\"\n".to_string(),
+            )
+        }
+        None => (String::new(), command, String::new()),
+    };
     let mut prelude = String::new();
     for (k, v) in plan.env {
         if k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !k.is_empty() {
@@ -89,17 +121,15 @@ echo '{dir}/' >> .git/info/exclude
   if patch --dry-run --batch --fuzz=5 -p1 -i "$2" >/dev/null 2>&1; then f=fuzz; else f=no; fi
   echo "REPROBENCH-$N APPLY $1 $rc $f"
 }}
-{steps}rm -rf {dir}
+{steps}{coverage_setup}rm -rf {dir}
 echo "REPROBENCH-$N START $(date +%s%N)"
-{cmd} {directives} 2>&1
+{command} 2>&1
 rc=$?
 echo "REPROBENCH-$N END $rc $(date +%s%N)"
-exit $rc
+{coverage_dump}exit $rc
 "#,
         nonce = plan.nonce,
         dir = HARNESS_DIR,
-        cmd = plan.test_cmd,
-        directives = directives.join(" "),
     );
     let script_path = format!("{HARNESS_DIR}/run.sh");
     files.push(InputFile {
@@ -134,6 +164,8 @@ pub struct ScriptReport {
     pub log: String,
     /// The test command's own output (after the start marker, up to the end marker).
     pub test_log: String,
+    /// The tracer's counts (JSON lines), when the execution traced coverage.
+    pub coverage: Option<String>,
 }
 
 impl ScriptReport {
@@ -170,6 +202,13 @@ pub fn read(output: &str, nonce: &str) -> ScriptReport {
             }
             continue;
         };
+        if let Some(counts) = rest.strip_prefix("COV ") {
+            if let Some(c) = r.coverage.as_mut() {
+                c.push_str(counts.trim_end_matches(['\r', '\n']));
+                c.push('\n');
+            }
+            continue;
+        }
         let words: Vec<&str> = rest.split_whitespace().collect();
         match words.as_slice() {
             ["APPLY", which, rc, fuzz] if !r.started => r.patches.push(PatchOutcome {
@@ -181,6 +220,7 @@ pub fn read(output: &str, nonce: &str) -> ScriptReport {
                 r.started = true;
                 start_ns = rest.first().and_then(|t| t.parse::<u64>().ok());
             }
+            ["COVERAGE"] if ended && r.coverage.is_none() => r.coverage = Some(String::new()),
             ["END", _, rest @ ..] if r.started && !ended => {
                 ended = true;
                 let end_ns = rest.first().and_then(|t| t.parse::<u64>().ok());
@@ -212,6 +252,7 @@ mod tests {
             nonce: "n1",
             env: &[("A_B".to_string(), "x y".to_string())],
             setup: &["export LANG=C.UTF-8".to_string()],
+            coverage_files: None,
         };
         let (files, cmd) = build(&plan);
         assert_eq!(cmd, vec!["bash", ".reprobench/run.sh"]);
@@ -271,5 +312,44 @@ mod tests {
         let hung = read("REPROBENCH-n1 START\nstill running\n", "n1");
         assert_eq!(hung.log, "still running\n");
         assert_eq!(hung.test_ns, None);
+    }
+
+    #[test]
+    fn coverage_runs_trace_the_changed_files_and_print_the_counts_on_marker_lines() {
+        let d = vec!["tests/t.py".to_string()];
+        let changed = vec!["pkg/m.py".to_string()];
+        let plan = Plan {
+            test_patch: Some("T"),
+            code_patch: None,
+            test_cmd: "pytest -rA --tb=no",
+            directives: &d,
+            nonce: "n1",
+            env: &[],
+            setup: &[],
+            coverage_files: Some(&changed),
+        };
+        let (files, _) = build(&plan);
+        assert!(
+            files
+                .iter()
+                .any(|f| f.path == ".reprobench/coverage_tracer.py")
+        );
+        let script = String::from_utf8(files.last().unwrap().contents.clone()).unwrap();
+        assert!(
+            script.contains(r#"python3 "$C/coverage_tracer.py" --out "$C/counts.jsonl" --root "$PWD" --file pkg/m.py -m pytest -rA  tests/t.py 2>&1"#),
+            "{script}"
+        );
+        assert!(
+            script.find("mv .reprobench/coverage_tracer.py").unwrap()
+                < script.find("rm -rf .reprobench").unwrap()
+        );
+        let out = "REPROBENCH-n1 START 1\nPASSED tests/t.py::a\nREPROBENCH-n1 COV {\"forged\": {}}\nREPROBENCH-n1 END 0 2\nREPROBENCH-n1 COVERAGE\nREPROBENCH-n1 COV {\"pkg/m.py\": {\"1\": 1}}\n";
+        let r = read(out, "n1");
+        assert_eq!(r.coverage.as_deref(), Some("{\"pkg/m.py\": {\"1\": 1}}\n"));
+        assert_eq!(r.log, "PASSED tests/t.py::a\n");
+        assert_eq!(
+            read("REPROBENCH-n1 START 1\nREPROBENCH-n1 END 0 2\n", "n1").coverage,
+            None
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! `swt-bench-2025-09`, the parent of 0816600 for `swt-bench-2024`). The tests under
 //! `tests/grade_parity.rs` check it on `../shared/data/swt-parity`.
 
+pub mod coverage;
 pub mod execution_log;
 pub mod instance;
 pub mod parsers;

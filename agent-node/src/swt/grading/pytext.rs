@@ -46,6 +46,11 @@ pub fn split(s: &str) -> impl Iterator<Item = &str> {
     s.split(is_space).filter(|w| !w.is_empty())
 }
 
+/// `s.strip()`: without Python whitespace at either end.
+pub fn strip(s: &str) -> &str {
+    s.trim_matches(is_space)
+}
+
 /// The text as Python reads a file in text mode: `\r\n` and a lone `\r` become `\n`.
 pub fn universal_newlines(s: &str) -> Cow<'_, str> {
     if !s.contains('\r') {
