@@ -417,6 +417,8 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
                 "p2p": n("p2p_instances"),
                 "errors": n("error_instances"),
                 "suspicious": n("suspicious_instances"),
+                "mean_coverage": summary["Mean coverage"],
+                "mean_coverage_delta": summary["Mean coverage delta"],
                 "rules": a.rules.name(),
                 "strict": a.strict,
                 "resumed": done.resumed,
@@ -451,6 +453,14 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
             ("suspicious", "suspicious_instances"),
         ] {
             println!("  {label:<15} {:>5}  {:>6.2}%", n(key), pct(key));
+        }
+        if !a.no_coverage {
+            let share = |k: &str| 100.0 * summary[k].as_f64().unwrap_or(0.0);
+            println!(
+                "  coverage        mean {:.2}%, mean delta {:.2}% (SWT-bench's, over the graded instances)",
+                share("Mean coverage"),
+                share("Mean coverage delta")
+            );
         }
         println!("reports: {}", out.display());
     }
