@@ -246,12 +246,15 @@ async fn timed_run(nodes: u32, slots: u32, policy: Policy, sweep: &str) -> Resul
     result
 }
 
+/// A scratch directory for one benchmark, reachable by the unprivileged execution user.
 fn tempdir() -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = std::env::temp_dir().join(format!(
         "reprobench-bench-{}",
         reprobench_coordinator::random_hex(6)
     ));
     std::fs::create_dir_all(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
     Ok(dir)
 }
 
@@ -336,8 +339,6 @@ pub async fn eval(a: EvalBenchArgs) -> Result<()> {
         }
     };
     let root = tempdir()?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))?;
     say(format!(
         "warm-up: gold on swt-mini with the {executor} executor (builds environments; not measured)"
     ));
@@ -873,7 +874,6 @@ fn image_bytes() -> u64 {
 /// (cold and warm, 1 and 2 local nodes), a prediction set once gold and base are cached, harness
 /// overhead per execution against the test command's own time, and the disk the environments use.
 pub async fn slice(a: SliceBenchArgs) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     let slice = a
         .slice
         .clone()
@@ -893,7 +893,6 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         }
     };
     let root = tempdir()?;
-    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755))?;
     // Mirrors of the chosen repositories, and their SWT-bench instances.
     let membership: serde_json::Value =
         serde_json::from_slice(&std::fs::read(slice.join("membership.json"))?)?;
