@@ -742,6 +742,62 @@ pub struct SliceBenchArgs {
     /// Predictions run once gold and base are cached (SWT-bench format) [default: SLICE/predictions/AssertFlip.jsonl].
     #[arg(long, value_name = "FILE")]
     predictions: Option<std::path::PathBuf>,
+    /// Gold validation only: one cold gold evaluation on `--nodes` nodes, its figures per repository.
+    #[arg(long)]
+    gold_only: bool,
+    /// Local nodes (one slot each) of the `--gold-only` evaluation.
+    #[arg(long, default_value_t = 2)]
+    nodes: u32,
+    /// Keep mirrors, caches and reports in DIR instead of a scratch directory removed after; running
+    /// again with the same DIR resumes (finished instances are not run again).
+    #[arg(long, value_name = "DIR")]
+    work: Option<std::path::PathBuf>,
+}
+
+/// Gold validation per repository: instances, resolved, and for each unresolved instance what
+/// its report says (error class and message, or the test categories).
+fn gold_by_repo(run: &serde_json::Value) -> serde_json::Value {
+    let reports = std::path::PathBuf::from(run["reports"].as_str().unwrap_or_default());
+    let mut by_repo: std::collections::BTreeMap<String, (u32, u32, Vec<serde_json::Value>)> =
+        Default::default();
+    for entry in std::fs::read_dir(&reports).into_iter().flatten().flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path().join("report.json")) else {
+            continue;
+        };
+        let Ok(r) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let id = r["instance_id"].as_str().unwrap_or_default().to_string();
+        let repo = id
+            .rsplit_once('-')
+            .map_or(id.clone(), |(p, _)| p.replacen("__", "/", 1));
+        let e = by_repo.entry(repo).or_default();
+        e.0 += 1;
+        if r["resolved"] == true {
+            e.1 += 1;
+        } else {
+            e.2.push(serde_json::json!({
+                "instance_id": id,
+                "verdict": r["verdict"],
+                "error_class": r["error_class"],
+                "message": r["message"],
+                "applied": r["patch_successfully_applied"],
+                "f2p": r["f2p"], "f2x": r["f2x"], "p2p": r["p2p"],
+                "added_f2f_tests": r["added_f2f_tests"],
+                "added_p2f_tests": r["added_p2f_tests"],
+            }));
+        }
+    }
+    by_repo
+        .into_iter()
+        .map(|(repo, (n, ok, bad))| {
+            (
+                repo,
+                serde_json::json!({"instances": n, "resolved": ok, "unresolved": bad}),
+            )
+        })
+        .collect::<serde_json::Map<_, _>>()
+        .into()
 }
 
 /// One `reprobench eval` as a child process: its JSON and its wall time.
@@ -892,7 +948,13 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             eprintln!("{m}");
         }
     };
-    let root = tempdir()?;
+    let root = match &a.work {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            std::fs::canonicalize(dir)?
+        }
+        None => tempdir()?,
+    };
     // Mirrors of the chosen repositories, and their SWT-bench instances.
     let membership: serde_json::Value =
         serde_json::from_slice(&std::fs::read(slice.join("membership.json"))?)?;
@@ -946,6 +1008,35 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     } else {
         0
     };
+    if a.gold_only {
+        say(format!(
+            "gold validation: {} local nodes, one slot each",
+            a.nodes
+        ));
+        let (gold, wall) = slice_eval(&root, &rows, "gold", &executor, a.nodes, "data-gold", &[])?;
+        let v = serde_json::json!({
+            "executor": executor,
+            "repos": wanted_repos,
+            "instances": instances,
+            "nodes": a.nodes,
+            "gold_resolved": gold["resolved"],
+            "wall_s": wall,
+            "resumed": gold["resumed"],
+            "mean_coverage": gold["mean_coverage"],
+            "mean_coverage_delta": gold["mean_coverage_delta"],
+            "by_repo": gold_by_repo(&gold),
+            "reports": gold["reports"],
+        });
+        if a.work.is_none() {
+            let _ = std::fs::remove_dir_all(&root);
+        }
+        if a.json {
+            println!("{v}");
+        } else {
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        return Ok(());
+    }
     say("gold, cold (builds every environment), 1 node".into());
     let (cold, wall_cold) = slice_eval(&root, &rows, "gold", &executor, 1, "data-cold", &[])?;
     say("gold again: reuses the finished evaluation".into());
@@ -1013,8 +1104,11 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "overhead_ratio_median": overhead_ms_median / test_ms_median,
         "overhead_ratio_total": overhead_sum / test_sum,
         "environment_disk_bytes": disk,
+        "gold_by_repo": gold_by_repo(&cold),
     });
-    let _ = std::fs::remove_dir_all(&root);
+    if a.work.is_none() {
+        let _ = std::fs::remove_dir_all(&root);
+    }
     if a.json {
         println!("{v}");
     } else {

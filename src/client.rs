@@ -134,6 +134,21 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
             }
         }
         if let Some(replay) = &a.node.replay {
+            // The nodes load it too; checked here first so a bad source is one clear error.
+            let index = reprobench_agent_node::gateway::replay::ReplayIndex::load(replay)
+                .map_err(|e| {
+                    anyhow!(
+                        "--replay {}: {}: {} (give a run's transcript .jsonl file or a directory holding them, such as the run's artifacts directory)",
+                        replay.display(),
+                        e.path.display(),
+                        e.message
+                    )
+                })?;
+            eprintln!(
+                "REPLAY: {} recorded LLM calls from {}",
+                index.len(),
+                replay.display()
+            );
             eprintln!(
                 "REPLAY: LLM answers come from the transcripts in {}; no backbone is called",
                 replay.display()
@@ -259,8 +274,22 @@ pub async fn run_local(
     req: SubmitRunRequest,
     quiet: bool,
 ) -> Result<Finished> {
-    let cluster = LocalCluster::start(data, nodes, CoreConfig::default()).await?;
-    let result = submit_and_wait(&cluster.address, req, quiet).await;
+    let mut cluster = LocalCluster::start(data, nodes, CoreConfig::default()).await?;
+    let address = cluster.address.clone();
+    // A run on local nodes cannot end once every node has exited (a bad flag, an unreadable
+    // replay source): say so instead of waiting forever.
+    let nodes_gone = async {
+        loop {
+            if let Some(why) = cluster.all_nodes_exited() {
+                return why;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let result = tokio::select! {
+        r = submit_and_wait(&address, req, quiet) => r,
+        why = nodes_gone => Err(anyhow!("{why}")),
+    };
     cluster.stop().await;
     result.map_err(|e| match e.downcast::<Interrupted>() {
         Ok(i) => anyhow!(

@@ -33,6 +33,14 @@ pub struct EvalArgs {
     /// Evaluate only these instances (repeatable).
     #[arg(long = "instance-id", value_name = "ID")]
     instance_ids: Vec<String>,
+    /// Evaluate only the instances of these repositories (`owner/name` or `name`; repeatable or comma-separated).
+    #[arg(
+        long = "repo",
+        id = "only_repos",
+        value_name = "REPO",
+        value_delimiter = ','
+    )]
+    only_repos: Vec<String>,
     /// Executor: docker, or process (a checkout and a virtualenv) [default: docker when the engine and the base image are there].
     #[arg(long, value_name = "KIND")]
     executor: Option<String>,
@@ -273,6 +281,30 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
         }
         ds.instances
             .retain(|i| wanted.contains(i.instance_id.as_str()));
+    }
+    if !a.only_repos.is_empty() {
+        let wanted = |repo: &str| {
+            a.only_repos
+                .iter()
+                .any(|r| r == repo || repo.rsplit('/').next() == Some(r.as_str()))
+        };
+        let have: BTreeSet<String> = ds.instances.iter().map(|i| i.repo.clone()).collect();
+        if !have.iter().any(|r| wanted(r)) {
+            bail!(
+                "--repo {}: no instance of dataset `{}` is of that repository; it has {}",
+                a.only_repos.join(","),
+                ds.name,
+                have.into_iter().collect::<Vec<_>>().join(", ")
+            );
+        }
+        ds.instances.retain(|i| wanted(&i.repo));
+        // Rows that did not load have no repository; SWE-bench ids begin with `owner__name-`.
+        problems.retain(|p| {
+            p.instance_id.as_deref().is_none_or(|id| {
+                id.rsplit_once('-')
+                    .is_none_or(|(prefix, _)| wanted(&prefix.replacen("__", "/", 1)))
+            })
+        });
     }
     let total = ds.instances.len()
         + problems

@@ -119,6 +119,27 @@ impl LocalCluster {
         }
     }
 
+    /// When every node process has exited: which exit status and the last lines of its log.
+    pub fn all_nodes_exited(&mut self) -> Option<String> {
+        let mut last = None;
+        for (i, child) in self.nodes.iter_mut().enumerate() {
+            match child.try_wait() {
+                Ok(Some(status)) => last = Some((i, status)),
+                _ => return None,
+            }
+        }
+        let (i, status) = last?;
+        let log_path = self.log_dir.join(format!("node-{i}.log"));
+        let log = strip_ansi(&std::fs::read_to_string(&log_path).unwrap_or_default());
+        let tail: Vec<&str> = log.lines().rev().take(5).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        Some(format!(
+            "every node process exited ({status}), so no task can run; the run is kept: fix what the node says and run the same command again to resume it. The end of {}:\n{}",
+            log_path.display(),
+            tail.join("\n")
+        ))
+    }
+
     /// Stops the nodes (SIGTERM, then SIGKILL after a grace period) and the coordinator.
     pub async fn stop(mut self) {
         self.stop_nodes().await;
@@ -154,6 +175,24 @@ impl Drop for LocalCluster {
             let _ = child.wait();
         }
     }
+}
+
+/// Text without terminal colour sequences (`ESC [ ... letter`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The android part of quickstart: `android-sim` with `gold-trace` and `monkey` on `sim` slots,

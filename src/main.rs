@@ -961,3 +961,15 @@ fn import_command(a: ImportArgs) -> Result<()> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand's flags are consistent (clap checks names, ids and conflicts only when
+    /// a subcommand is parsed, so a clash would otherwise show up as a panic at run time).
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -289,3 +289,36 @@ fn cancel_withdraws_pending_work_and_stops_running_attempts() {
     assert_eq!(s["cancelled"], 20);
     assert!(c.results(&run).is_empty());
 }
+
+#[test]
+fn a_run_whose_local_nodes_all_exit_ends_with_their_error_instead_of_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = dir.path().join("sweep.toml");
+    std::fs::write(
+        &sweep,
+        "name = \"no-nodes\"\ndatasets = [\"synthetic:4:10\"]\n[[agents]]\nname = \"synthetic\"\n",
+    )
+    .unwrap();
+    // `emulator` slots without `--avd`: the node refuses to start.
+    let mut child = Command::new(bin())
+        .args(["run", sweep.to_str().unwrap(), "--local-nodes", "1"])
+        .args(["--node-slots", "emulator=1", "--data"])
+        .arg(dir.path().join("data"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = poll(
+        LONG,
+        "the run to end once its only node exited",
+        String::new,
+        || child.try_wait().unwrap(),
+    );
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--avd NAME"),
+        "the node's reason reaches the user: {stderr}"
+    );
+}

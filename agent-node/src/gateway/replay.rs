@@ -106,10 +106,21 @@ impl ReplayIndex {
         let mut lines = Vec::new();
         for file in &files {
             let text = std::fs::read_to_string(file).map_err(|e| fail(file, e.to_string()))?;
-            for (n, raw) in text.lines().enumerate() {
-                if raw.trim().is_empty() {
-                    continue;
-                }
+            let mut raws = text
+                .lines()
+                .enumerate()
+                .filter(|(_, raw)| !raw.trim().is_empty())
+                .peekable();
+            // In a directory, other JSON-lines files (results, predictions) are not
+            // transcripts: a file whose first line is not a transcript line is passed over.
+            if source.is_dir()
+                && raws
+                    .peek()
+                    .is_some_and(|(_, raw)| serde_json::from_str::<TranscriptLine>(raw).is_err())
+            {
+                continue;
+            }
+            for (n, raw) in raws {
                 let line: TranscriptLine = serde_json::from_str(raw).map_err(|e| {
                     fail(
                         file,
@@ -118,6 +129,16 @@ impl ReplayIndex {
                 })?;
                 lines.push(line);
             }
+        }
+        if lines.is_empty() {
+            return Err(fail(
+                source,
+                format!(
+                    "no recorded LLM calls in {} of them ({} .jsonl files looked at)",
+                    if source.is_dir() { "any" } else { "it" },
+                    files.len()
+                ),
+            ));
         }
         Ok(ReplayIndex::from_lines(source, lines))
     }
@@ -213,6 +234,38 @@ mod tests {
             usage: Usage::default(),
             replay: false,
         }
+    }
+
+    #[test]
+    fn a_directory_passes_over_other_json_lines_files_and_an_empty_one_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let results = dir.path().join("results.jsonl");
+        std::fs::write(&results, "{\"instance_id\": \"a\", \"resolved\": true}\n").unwrap();
+        let err = ReplayIndex::load(dir.path())
+            .err()
+            .expect("no transcripts in it");
+        assert!(
+            err.message.contains("no recorded LLM calls"),
+            "{}",
+            err.message
+        );
+        // An explicit file that is no transcript is an error naming its line.
+        let err = ReplayIndex::load(&results).err().expect("not a transcript");
+        assert!(err.message.contains("line 1"), "{}", err.message);
+        let task_dir = dir.path().join("task-1");
+        std::fs::create_dir(&task_dir).unwrap();
+        let recorded = serde_json::to_string(&line("t", "h", "x")).unwrap();
+        std::fs::write(task_dir.join("transcript.jsonl"), format!("{recorded}\n")).unwrap();
+        let index = ReplayIndex::load(dir.path()).unwrap();
+        assert_eq!(index.len(), 1);
+        // A transcript that breaks later on is still an error, not silently cut short.
+        std::fs::write(
+            task_dir.join("transcript.jsonl"),
+            format!("{recorded}\nnot json\n"),
+        )
+        .unwrap();
+        let err = ReplayIndex::load(dir.path()).err().expect("a broken line");
+        assert!(err.message.contains("line 2"), "{}", err.message);
     }
 
     #[test]
