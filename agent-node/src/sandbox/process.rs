@@ -6,7 +6,7 @@
 //! file size; when the node runs as root it also gets an empty network namespace and runs as
 //! `nobody`, which makes the process limit bite and keeps it out of everything but its copy.
 
-use super::python::{FileLock, find_python};
+use super::python::{build_once, find_python};
 use super::{
     EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError,
     check_relative_path,
@@ -191,61 +191,53 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
     let name = venv_name(recipe, public);
     let root = cache.join("venvs");
     let dir = root.join(&name);
-    if dir.join(".reprobench-ready").exists() {
-        return Ok(dir);
-    }
-    std::fs::create_dir_all(&root).map_err(|e| infra("creating the venv cache", e))?;
-    // Built in place under a lock, never moved: console scripts name their interpreter by path.
-    let _lock = FileLock::acquire(&root.join(format!("{name}.lock")))?;
-    if dir.join(".reprobench-ready").exists() {
-        return Ok(dir);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let python = find_python(&recipe.python, public, cache)?;
-    let lib_env: Vec<(String, String)> = python
-        .lib_dir
-        .iter()
-        .map(|l| ("LD_LIBRARY_PATH".to_string(), l.display().to_string()))
-        .collect();
-    let built = (|| {
-        run_setup(
-            std::process::Command::new(&python.exe)
-                .args(["-m", "venv"])
-                .arg(&dir)
-                .envs(lib_env.iter().map(|(k, v)| (k, v))),
-            "creating a virtualenv",
-        )
-        .map_err(SandboxError::Infra)?;
-        let env_text: String = lib_env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-        std::fs::write(dir.join(ENV_FILE), env_text)
-            .map_err(|e| infra("writing the venv's environment", e))?;
-        let env = venv_env(&dir);
-        if !recipe.packages.is_empty() {
-            let what = format!("pip install {}", recipe.packages.join(" "));
-            pip_install(&dir, &recipe.packages, &what, &env)?;
-        }
-        if let Some(reqs) = &recipe.requirements {
-            let file = dir.join("reprobench-requirements.txt");
-            std::fs::write(&file, reqs).map_err(|e| infra("writing the requirements", e))?;
-            let args = ["-r".to_string(), file.display().to_string()];
-            pip_install(
-                &dir,
-                &args,
-                "pip install -r (the repository's requirements)",
-                &env,
-            )?;
-        }
-        if !recipe.pip_packages.is_empty() {
-            let what = format!("pip install {}", recipe.pip_packages.join(" "));
-            pip_install(&dir, &recipe.pip_packages, &what, &env)?;
-        }
-        std::fs::write(dir.join(".reprobench-ready"), b"")
-            .map_err(|e| infra("marking the venv ready", e))
-    })();
-    if let Err(e) = built {
-        let _ = std::fs::remove_dir_all(&dir);
-        return Err(e);
-    }
+    let marker = dir.join(".reprobench-ready");
+    let lock = root.join(format!("{name}.lock"));
+    build_once(
+        &dir,
+        &lock,
+        || marker.exists(),
+        || {
+            let python = find_python(&recipe.python, public, cache)?;
+            let lib_env: Vec<(String, String)> = python
+                .lib_dir
+                .iter()
+                .map(|l| ("LD_LIBRARY_PATH".to_string(), l.display().to_string()))
+                .collect();
+            run_setup(
+                std::process::Command::new(&python.exe)
+                    .args(["-m", "venv"])
+                    .arg(&dir)
+                    .envs(lib_env.iter().map(|(k, v)| (k, v))),
+                "creating a virtualenv",
+            )
+            .map_err(SandboxError::Infra)?;
+            let env_text: String = lib_env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            std::fs::write(dir.join(ENV_FILE), env_text)
+                .map_err(|e| infra("writing the venv's environment", e))?;
+            let env = venv_env(&dir);
+            if !recipe.packages.is_empty() {
+                let what = format!("pip install {}", recipe.packages.join(" "));
+                pip_install(&dir, &recipe.packages, &what, &env)?;
+            }
+            if let Some(reqs) = &recipe.requirements {
+                let file = dir.join("reprobench-requirements.txt");
+                std::fs::write(&file, reqs).map_err(|e| infra("writing the requirements", e))?;
+                let args = ["-r".to_string(), file.display().to_string()];
+                pip_install(
+                    &dir,
+                    &args,
+                    "pip install -r (the repository's requirements)",
+                    &env,
+                )?;
+            }
+            if !recipe.pip_packages.is_empty() {
+                let what = format!("pip install {}", recipe.pip_packages.join(" "));
+                pip_install(&dir, &recipe.pip_packages, &what, &env)?;
+            }
+            std::fs::write(&marker, b"").map_err(|e| infra("marking the venv ready", e))
+        },
+    )?;
     Ok(dir)
 }
 
@@ -284,43 +276,35 @@ fn prepare_checkout(
         dir.join(".git/reprobench-ready").exists()
             && installed_marker(venv, &recipe.instance_key()).exists()
     };
-    if ready() {
-        return Ok(dir);
-    }
-    if !recipe.mirror.is_dir() {
-        return Err(SandboxError::BadInput(format!(
-            "no mirror of {} at {}; run `reprobench datasets prepare` (or `fetch`, or `import`) for its dataset, or pass --repos DIR",
-            recipe.repo,
-            recipe.mirror.display()
-        )));
-    }
-    let has_commit = std::process::Command::new("git")
-        .arg("-C")
-        .arg(&recipe.mirror)
-        .args([
-            "cat-file",
-            "-e",
-            &format!("{}^{{commit}}", recipe.base_commit),
-        ])
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| infra("running git (is it installed?)", e))?;
-    if !has_commit.success() {
-        return Err(SandboxError::BadInput(format!(
-            "commit {} of {} is not in the mirror {}; update the mirror (`reprobench datasets prepare`/`fetch`/`import`) or fix base_commit",
-            recipe.base_commit,
-            recipe.repo,
-            recipe.mirror.display()
-        )));
-    }
-    std::fs::create_dir_all(&root).map_err(|e| infra("creating the checkout cache", e))?;
     // Built in place under a lock, never moved: editable installs record the checkout's path.
-    let _lock = FileLock::acquire(&root.join(format!("{}.lock", recipe.instance_key())))?;
-    if ready() {
-        return Ok(dir);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    let built = (|| {
+    let lock = root.join(format!("{}.lock", recipe.instance_key()));
+    build_once(&dir, &lock, ready, || {
+        if !recipe.mirror.is_dir() {
+            return Err(SandboxError::BadInput(format!(
+                "no mirror of {} at {}; run `reprobench datasets prepare` (or `fetch`, or `import`) for its dataset, or pass --repos DIR",
+                recipe.repo,
+                recipe.mirror.display()
+            )));
+        }
+        let has_commit = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&recipe.mirror)
+            .args([
+                "cat-file",
+                "-e",
+                &format!("{}^{{commit}}", recipe.base_commit),
+            ])
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| infra("running git (is it installed?)", e))?;
+        if !has_commit.success() {
+            return Err(SandboxError::BadInput(format!(
+                "commit {} of {} is not in the mirror {}; update the mirror (`reprobench datasets prepare`/`fetch`/`import`) or fix base_commit",
+                recipe.base_commit,
+                recipe.repo,
+                recipe.mirror.display()
+            )));
+        }
         run_setup(
             std::process::Command::new("git")
                 .args(["clone", "-q", "--no-checkout"])
@@ -366,11 +350,7 @@ fn prepare_checkout(
         std::fs::write(installed_marker(venv, &recipe.instance_key()), b"")
             .and_then(|()| std::fs::write(dir.join(".git/reprobench-ready"), b""))
             .map_err(|e| infra("marking the checkout ready", e))
-    })();
-    if let Err(e) = built {
-        let _ = std::fs::remove_dir_all(&dir);
-        return Err(e);
-    }
+    })?;
     Ok(dir)
 }
 

@@ -106,32 +106,30 @@ fn public_copy(
         version: version.to_string(),
         lib_dir: Some(dir.join("lib")),
     };
-    if dir.join(".reprobench-ready").exists() {
-        return Ok(interpreter);
-    }
-    std::fs::create_dir_all(&root).map_err(|e| infra("creating the interpreter cache", e))?;
-    let _lock = FileLock::acquire(&root.join(format!("{name}.lock")))?;
-    if dir.join(".reprobench-ready").exists() {
-        return Ok(interpreter);
-    }
-    let _ = std::fs::remove_dir_all(&dir);
-    run_setup(
-        std::process::Command::new("cp")
-            .arg("-a")
-            .arg(prefix)
-            .arg(&dir),
-        &format!("copying {} for the execution user", prefix.display()),
-    )
-    .map_err(SandboxError::Infra)?;
-    run_setup(
-        std::process::Command::new("chmod")
-            .args(["-R", "a+rX"])
-            .arg(&dir),
-        "making the interpreter copy readable",
-    )
-    .map_err(SandboxError::Infra)?;
-    std::fs::write(dir.join(".reprobench-ready"), b"")
-        .map_err(|e| infra("marking the interpreter copy ready", e))?;
+    let marker = dir.join(".reprobench-ready");
+    build_once(
+        &dir,
+        &root.join(format!("{name}.lock")),
+        || marker.exists(),
+        || {
+            run_setup(
+                std::process::Command::new("cp")
+                    .arg("-a")
+                    .arg(prefix)
+                    .arg(&dir),
+                &format!("copying {} for the execution user", prefix.display()),
+            )
+            .map_err(SandboxError::Infra)?;
+            run_setup(
+                std::process::Command::new("chmod")
+                    .args(["-R", "a+rX"])
+                    .arg(&dir),
+                "making the interpreter copy readable",
+            )
+            .map_err(SandboxError::Infra)?;
+            std::fs::write(&marker, b"").map_err(|e| infra("marking the interpreter copy ready", e))
+        },
+    )?;
     Ok(interpreter)
 }
 
@@ -183,14 +181,42 @@ pub(crate) fn find_python(
     )))
 }
 
+/// Builds `dir` once, in place (never moved: scripts and editable installs record its path).
+/// `ready` says whether it is built (`build` writes what `ready` checks). Node processes sharing
+/// the cache take turns on the lock file `lock`; a failed build leaves no `dir` behind.
+pub(crate) fn build_once(
+    dir: &Path,
+    lock: &Path,
+    ready: impl Fn() -> bool,
+    build: impl FnOnce() -> Result<(), SandboxError>,
+) -> Result<(), SandboxError> {
+    if ready() {
+        return Ok(());
+    }
+    if let Some(parent) = lock.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| infra(&format!("creating {}", parent.display()), e))?;
+    }
+    let _lock = FileLock::acquire(lock)?;
+    if ready() {
+        return Ok(());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    let built = build();
+    if built.is_err() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    built
+}
+
 /// An exclusive lock on a file, held until dropped: node processes sharing a cache directory
 /// build each environment once.
-pub(crate) struct FileLock {
+struct FileLock {
     _held: std::fs::File,
 }
 
 impl FileLock {
-    pub(crate) fn acquire(path: &Path) -> Result<FileLock, SandboxError> {
+    fn acquire(path: &Path) -> Result<FileLock, SandboxError> {
         use std::os::fd::AsRawFd;
         let f = std::fs::OpenOptions::new()
             .create(true)
@@ -208,7 +234,52 @@ impl FileLock {
 
 #[cfg(test)]
 mod tests {
-    use super::version_matches;
+    use super::{SandboxError, build_once, version_matches};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn build_once_builds_one_time_across_threads_and_a_failure_leaves_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("env");
+        let lock = root.path().join("locks/env.lock");
+        let marker = dir.join("ready");
+        let failed = build_once(
+            &dir,
+            &lock,
+            || marker.exists(),
+            || {
+                std::fs::create_dir_all(&dir).unwrap();
+                Err(SandboxError::Infra("pip failed".into()))
+            },
+        );
+        assert!(failed.is_err());
+        assert!(
+            !dir.exists(),
+            "a failed build leaves no half-built directory"
+        );
+        let builds = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    build_once(
+                        &dir,
+                        &lock,
+                        || marker.exists(),
+                        || {
+                            builds.fetch_add(1, Ordering::SeqCst);
+                            std::fs::create_dir_all(&dir).unwrap();
+                            std::thread::sleep(std::time::Duration::from_millis(20));
+                            std::fs::write(&marker, b"").unwrap();
+                            Ok(())
+                        },
+                    )
+                    .unwrap();
+                });
+            }
+        });
+        assert_eq!(builds.load(Ordering::SeqCst), 1);
+        assert!(marker.exists());
+    }
 
     #[test]
     fn versions_match_as_specs_mean_them() {
