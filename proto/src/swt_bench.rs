@@ -112,6 +112,21 @@ impl SwtBenchSpecs {
             )]),
             left_out: Vec::new(),
         };
+        // tox would build its own virtualenv from PyPI, and executions have no network: with
+        // tox-current-env among the spec's packages, the tests run in the instance's environment.
+        let tox = env.test_cmd.trim_start();
+        if let Some(rest) = tox.strip_prefix("tox ")
+            && !rest.contains("--current-env")
+            && env
+                .pip_packages
+                .iter()
+                .any(|p| p.starts_with("tox-current-env"))
+        {
+            env.test_cmd = format!("tox --current-env {}", rest.trim_start());
+            env.left_out.push(
+                "tox's own virtualenv, which SWT-bench's containers build from PyPI at test time: executions have no network, so the tests run under `tox --current-env` in the instance's environment (the spec's packages, tox-current-env among them)".into(),
+            );
+        }
         match spec.packages.trim() {
             "requirements.txt" => {
                 env.requirements_files = self
@@ -155,6 +170,28 @@ mod tests {
             }"#,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn tox_runs_in_the_current_env_when_the_spec_brings_tox_current_env() {
+        let specs: SwtBenchSpecs = serde_json::from_str(
+            r#"{
+              "install_specs": {"sphinx-doc/sphinx": {"5.0": {"python": "3.9", "pip_packages": ["tox==4.16.0", "tox-current-env==0.0.11"], "install": "python -m pip install -e .[test]"}},
+                                "x/y": {"1.0": {"python": "3.9", "pip_packages": ["tox==4.16.0"]}}},
+              "test_commands": {"sphinx-doc/sphinx": {"5.0": "tox -epy39 -v --"}, "x/y": {"1.0": "tox -epy39 -v --"}}
+            }"#,
+        )
+        .unwrap();
+        let sphinx = specs.env("sphinx-doc/sphinx", "5.0").unwrap();
+        assert_eq!(sphinx.test_cmd, "tox --current-env -epy39 -v --");
+        assert!(
+            sphinx.left_out[0].contains("--current-env"),
+            "{:?}",
+            sphinx.left_out
+        );
+        let plain = specs.env("x/y", "1.0").unwrap();
+        assert_eq!(plain.test_cmd, "tox -epy39 -v --");
+        assert!(plain.left_out.is_empty());
     }
 
     #[test]

@@ -65,6 +65,10 @@ pub struct EnvRecipe {
     pub pip_packages: Vec<String>,
     /// Environment variables of the install commands and of the executions.
     pub env_vars: Vec<(String, String)>,
+    /// The environment is a whole interpreter (a copy of its prefix, as a conda environment is)
+    /// instead of a virtualenv: `tox --current-env` links its env's `python` to the running
+    /// interpreter, and a link to a virtualenv's `python` outside it is no longer in the venv.
+    pub standalone: bool,
 }
 
 impl EnvRecipe {
@@ -77,6 +81,9 @@ impl EnvRecipe {
             packages.extend(self.requirements.iter().cloned());
             packages.push("--pip-packages".into());
             packages.extend(self.pip_packages.iter().cloned());
+        }
+        if self.standalone {
+            packages.push("--standalone".into());
         }
         reprobench_proto::swt::env_key(&self.python, &packages)
     }

@@ -6,7 +6,7 @@
 //! file size; when the node runs as root it also gets an empty network namespace and runs as
 //! `nobody`, which makes the process limit bite and keeps it out of everything but its copy.
 
-use super::python::{build_once, find_python};
+use super::python::{build_once, find_python, find_python_where};
 use super::{
     EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError,
     check_relative_path,
@@ -198,20 +198,37 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
         &lock,
         || marker.exists(),
         || {
-            let python = find_python(&recipe.python, public, cache)?;
+            // A standalone environment copies an interpreter's own prefix, never the system's.
+            let own_prefix = |p: &Path| p != Path::new("/usr") && p != Path::new("/");
+            let python = if recipe.standalone {
+                find_python_where(&recipe.python, public, cache, own_prefix).map_err(|e| match e {
+                    SandboxError::BadInput(_) => SandboxError::BadInput(format!(
+                        "this instance's tests run under `tox --current-env`, which needs a standalone Python {} with a prefix of its own (not a virtualenv, not the system's /usr); install one with `pyenv install {}`, or use the docker executor",
+                        recipe.python, recipe.python
+                    )),
+                    other => other,
+                })?
+            } else {
+                find_python(&recipe.python, public, cache)?
+            };
             let lib_env: Vec<(String, String)> = python
                 .lib_dir
                 .iter()
                 .map(|l| ("LD_LIBRARY_PATH".to_string(), l.display().to_string()))
                 .collect();
-            run_setup(
-                std::process::Command::new(&python.exe)
-                    .args(["-m", "venv"])
-                    .arg(&dir)
-                    .envs(lib_env.iter().map(|(k, v)| (k, v))),
-                "creating a virtualenv",
-            )
-            .map_err(SandboxError::Infra)?;
+            let lib_env = if recipe.standalone {
+                standalone_copy(&python, &dir)?
+            } else {
+                run_setup(
+                    std::process::Command::new(&python.exe)
+                        .args(["-m", "venv"])
+                        .arg(&dir)
+                        .envs(lib_env.iter().map(|(k, v)| (k, v))),
+                    "creating a virtualenv",
+                )
+                .map_err(SandboxError::Infra)?;
+                lib_env
+            };
             let env_text: String = lib_env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
             std::fs::write(dir.join(ENV_FILE), env_text)
                 .map_err(|e| infra("writing the venv's environment", e))?;
@@ -239,6 +256,46 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
         },
     )?;
     Ok(dir)
+}
+
+/// A whole interpreter at `dir` (its prefix copied, readable by all) in place of a virtualenv,
+/// with `bin/python`; its `LD_LIBRARY_PATH`. The interpreter has a prefix of its own (pyenv's, say).
+fn standalone_copy(
+    python: &super::python::Interpreter,
+    dir: &Path,
+) -> Result<Vec<(String, String)>, SandboxError> {
+    let exe = python.exe.strip_prefix(&python.prefix).map_err(|_| {
+        infra(
+            "copying the interpreter",
+            "its binary is outside its prefix",
+        )
+    })?;
+    run_setup(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(&python.prefix)
+            .arg(dir),
+        &format!(
+            "copying {} as the instance's environment",
+            python.prefix.display()
+        ),
+    )
+    .map_err(SandboxError::Infra)?;
+    if !dir.join("bin/python").exists() {
+        std::os::unix::fs::symlink(dir.join(exe), dir.join("bin/python"))
+            .map_err(|e| infra("linking bin/python", e))?;
+    }
+    run_setup(
+        std::process::Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(dir),
+        "making the environment readable",
+    )
+    .map_err(SandboxError::Infra)?;
+    Ok(vec![(
+        "LD_LIBRARY_PATH".to_string(),
+        dir.join("lib").display().to_string(),
+    )])
 }
 
 /// What executions of a checkout need besides the venv, `KEY=VALUE` per line:
@@ -709,6 +766,45 @@ mod tests {
                 ..Limits::default()
             },
         }
+    }
+
+    /// What `tox --current-env` does: its env's `python` is a link to the running interpreter.
+    /// From a virtualenv that link loses the venv's packages; from a standalone copy it keeps them.
+    #[tokio::test]
+    async fn a_standalone_environment_keeps_its_packages_through_a_link_to_its_python() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (bare, commit) = mirror(dir.path(), &[("mod_here.py", "X = 1\n")]);
+        let sb = ProcessSandbox::new(dir.path().join("cache"));
+        let mut r = recipe(bare, commit);
+        r.standalone = true;
+        // An installed module: a .pth file in site-packages naming the checkout.
+        r.install = "python -c \"import site, os; open(os.path.join(site.getsitepackages()[0], 'here.pth'), 'w').write(os.getcwd())\"".into();
+        let prepared = match sb.prepare(&r).await {
+            Ok(p) => p,
+            Err(SandboxError::BadInput(m)) => {
+                // Only the system's interpreter here: refused, saying what to install.
+                assert!(m.contains("pyenv install"), "{m}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let out = sb
+            .exec(
+                &prepared,
+                req(
+                    &["bash", "-c", "mkdir -p other/bin && ln -s \"$(command -v python)\" other/bin/python && other/bin/python -c 'import sys, mod_here; print(mod_here.X, sys.prefix != sys.base_prefix)'"],
+                    Duration::from_secs(120),
+                ),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, Some(0), "{}", out.output);
+        assert_eq!(
+            out.output.trim(),
+            "1 False",
+            "a whole interpreter, not a venv"
+        );
     }
 
     #[tokio::test]

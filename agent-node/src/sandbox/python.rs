@@ -141,6 +141,16 @@ pub(crate) fn find_python(
     public: bool,
     cache: &Path,
 ) -> Result<Interpreter, SandboxError> {
+    find_python_where(wanted, public, cache, |_| true)
+}
+
+/// [`find_python`] among the interpreters whose prefix `accept` takes.
+pub(crate) fn find_python_where(
+    wanted: &str,
+    public: bool,
+    cache: &Path,
+    accept: impl Fn(&Path) -> bool,
+) -> Result<Interpreter, SandboxError> {
     let names = [format!("python{wanted}"), "python3".to_string()];
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
@@ -158,7 +168,7 @@ pub(crate) fn find_python(
             let Some((version, prefix, exe)) = probe(&candidate) else {
                 continue;
             };
-            if !version_matches(wanted, &version) || !seen.insert(exe.clone()) {
+            if !version_matches(wanted, &version) || !accept(&prefix) || !seen.insert(exe.clone()) {
                 continue;
             }
             if public && !(nobody_can_reach(&prefix) && nobody_can_reach(&exe)) {

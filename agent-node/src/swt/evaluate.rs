@@ -328,6 +328,7 @@ impl SwtExecutor {
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
+            standalone: payload.env.test_cmd.trim_start().starts_with("tox "),
         };
         let limits = Limits {
             cpus: payload.limits.cpus,
@@ -446,6 +447,10 @@ impl SwtExecutor {
             "parser": family.name(),
             "suspicious": [],
         });
+        if !payload.env.left_out.is_empty() {
+            // What of the upstream environment spec this environment does not reproduce.
+            report["environment_left_out"] = serde_json::json!(payload.env.left_out);
+        }
         let finish = |report: serde_json::Value,
                       success: bool,
                       verdict: &str,
