@@ -17,7 +17,7 @@
 //! in a small JSON file in [`DockerConfig::cache_dir`]; when reprobench's images outgrow the
 //! disk budget the least recently used go first ([`plan_eviction`]).
 
-use super::python::{find_python, version_matches};
+use super::python::{find_python_where, version_matches};
 use super::{EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError};
 use crate::executor::BoxFuture;
 use bollard::Docker;
@@ -313,18 +313,30 @@ impl Inner {
         let have = self.base_python().await?;
         let have_mm: String = have.split('.').take(2).collect::<Vec<_>>().join(".");
         let want = recipe.python.trim();
-        if want.is_empty() || version_matches(want, &have_mm) {
+        // A standalone environment copies an interpreter's own prefix: never the image's /usr.
+        if !recipe.standalone && (want.is_empty() || version_matches(want, &have_mm)) {
             return Ok((base, "python3".into()));
         }
         let (w, cache) = (want.to_string(), self.cfg.cache_dir.clone());
-        let host = tokio::task::spawn_blocking(move || find_python(&w, false, &cache))
-            .await
-            .map_err(|e| SandboxError::Infra(format!("interpreter search task: {e}")))?
-            .map_err(|_| {
+        let standalone = recipe.standalone;
+        let host = tokio::task::spawn_blocking(move || {
+            find_python_where(&w, false, &cache, |p| {
+                !standalone || (p != Path::new("/usr") && p != Path::new("/"))
+            })
+        })
+        .await
+        .map_err(|e| SandboxError::Infra(format!("interpreter search task: {e}")))?
+        .map_err(|_| {
+            if standalone {
+                SandboxError::BadInput(format!(
+                    "this instance's tests run under `tox --current-env`, which needs a standalone Python {want} with a prefix of its own (not a virtualenv, not the system's /usr) to copy into the image; install one with `pyenv install {want}`"
+                ))
+            } else {
                 SandboxError::BadInput(format!(
                     "the instance wants Python {want}; base image {base} has Python {have} and this machine has no Python {want} to copy into an image (looked on PATH, in /usr/local/bin, /usr/bin and pyenv's versions): install it (e.g. `pyenv install {want}`), or make a base image with it (`reprobench images bootstrap --suite SUITE --tag TAG` from a Debian suite that ships it) and pass --base-image TAG"
                 ))
-            })?;
+            }
+        })?;
         let key = reprobench_proto::swt::env_key(
             &format!("python-layer-v1 {base} {}", host.prefix.display()),
             std::slice::from_ref(&host.version),

@@ -285,6 +285,31 @@ fn standalone_copy(
         std::os::unix::fs::symlink(dir.join(exe), dir.join("bin/python"))
             .map_err(|e| infra("linking bin/python", e))?;
     }
+    // The copied scripts (pip, ...) still name the original interpreter: point them at the copy.
+    for entry in std::fs::read_dir(dir.join("bin"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let path = entry.path();
+        if path.is_symlink() {
+            continue;
+        }
+        let Ok(text) = std::fs::read(&path) else {
+            continue;
+        };
+        let first = text.split(|b| *b == b'\n').next().unwrap_or_default();
+        let names_python = first.starts_with(b"#!/")
+            && String::from_utf8_lossy(first)
+                .rsplit('/')
+                .next()
+                .is_some_and(|n| n.trim().starts_with("python"));
+        if names_python {
+            let mut fixed = format!("#!{}", dir.join("bin/python").display()).into_bytes();
+            fixed.extend_from_slice(&text[first.len()..]);
+            std::fs::write(&path, fixed).map_err(|e| infra("pointing a script at the copy", e))?;
+        }
+    }
     run_setup(
         std::process::Command::new("chmod")
             .args(["-R", "a+rX"])

@@ -247,12 +247,24 @@ pub(super) fn env_layer(
         ),
         Origin::Harness("setting the environment"),
     );
-    let mut pieces = vec![(
-        Origin::Harness(
-            "creating the virtualenv with `python -m venv` (the base image needs python3-venv)",
-        ),
-        format!("/usr/bin/env {python} -m venv /opt/venv"),
-    )];
+    let mut pieces = vec![if recipe.standalone {
+        // A whole interpreter, as a conda environment is (see `EnvRecipe::standalone`).
+        (
+            Origin::Harness(
+                "copying the interpreter's prefix to /opt/venv (a standalone environment)",
+            ),
+            format!(
+                "p=\"$({python} -c 'import sys; print(sys.base_prefix)')\" && cp -a \"$p\" /opt/venv && {{ test -x /opt/venv/bin/python || ln -s \"$(basename \"$(readlink -f {python})\")\" /opt/venv/bin/python; }} && for f in /opt/venv/bin/*; do if [ ! -L \"$f\" ] && [ \"$(head -c 2 \"$f\")\" = '#!' ]; then sed -i '1s|^#!/.*/bin/python[0-9.]*$|#!/opt/venv/bin/python|' \"$f\"; fi; done"
+            ),
+        )
+    } else {
+        (
+            Origin::Harness(
+                "creating the virtualenv with `python -m venv` (the base image needs python3-venv)",
+            ),
+            format!("/usr/bin/env {python} -m venv /opt/venv"),
+        )
+    }];
     for (present, file) in [
         (!recipe.packages.is_empty(), "requirements.txt"),
         (recipe.requirements.is_some(), "repo-requirements.txt"),
@@ -261,7 +273,7 @@ pub(super) fn env_layer(
         if present {
             pieces.push((
                 Origin::Packages,
-                format!("pip install --no-cache-dir -r /etc/reprobench/{file}"),
+                format!("python -m pip install --no-cache-dir -r /etc/reprobench/{file}"),
             ));
         }
     }
@@ -648,7 +660,7 @@ mod tests {
             )
         );
         assert!(text.contains(&format!("SSL_CERT_FILE={CA_PATH}")), "{text}");
-        assert!(run_argv(&env)[2].contains("pip install --no-cache-dir -r"));
+        assert!(run_argv(&env)[2].contains("python -m pip install --no-cache-dir -r"));
         assert!(
             env.files
                 .iter()
