@@ -131,11 +131,7 @@ pub async fn scheduler(a: SchedulerBenchArgs) -> Result<()> {
         "sim_steals": sim.steals,
         "seed": a.seed,
     });
-    if a.json {
-        println!("{v}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    }
+    print_figures(&v, a.json)?;
     Ok(())
 }
 
@@ -279,6 +275,16 @@ pub struct EvalBenchArgs {
     executor: Option<String>,
 }
 
+/// Prints a benchmark's figures: one JSON line with `--json`, indented JSON otherwise.
+fn print_figures(v: &serde_json::Value, json: bool) -> Result<()> {
+    if json {
+        println!("{v}");
+    } else {
+        println!("{}", serde_json::to_string_pretty(v)?);
+    }
+    Ok(())
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
@@ -392,11 +398,7 @@ pub async fn eval(a: EvalBenchArgs) -> Result<()> {
         "speedup_2_nodes": wall_1 / wall_2,
     });
     let _ = std::fs::remove_dir_all(&root);
-    if a.json {
-        println!("{v}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    }
+    print_figures(&v, a.json)?;
     Ok(())
 }
 
@@ -474,11 +476,7 @@ pub fn tables(a: TablesBenchArgs) -> Result<()> {
         "overlap_s": overlap_s,
         "main_plus_overlap_s": main_s + overlap_s,
     });
-    if a.json {
-        println!("{v}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    }
+    print_figures(&v, a.json)?;
     Ok(())
 }
 
@@ -716,11 +714,7 @@ pub fn grade(a: GradeBenchArgs) -> Result<()> {
         "log_bytes": a.log_bytes,
         "one_log": per_family,
     });
-    if a.json {
-        println!("{v}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    }
+    print_figures(&v, a.json)?;
     Ok(())
 }
 
@@ -1027,15 +1021,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             "by_repo": gold_by_repo(&gold),
             "reports": gold["reports"],
         });
-        if a.work.is_none() {
-            let _ = std::fs::remove_dir_all(&root);
-        }
-        if a.json {
-            println!("{v}");
-        } else {
-            println!("{}", serde_json::to_string_pretty(&v)?);
-        }
-        return Ok(());
+        return finish_slice(&root, a.work.is_none(), &v, a.json);
     }
     say("gold, cold (builds every environment), 1 node".into());
     let (cold, wall_cold) = slice_eval(&root, &rows, "gold", &executor, 1, "data-cold", &[])?;
@@ -1106,13 +1092,18 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "environment_disk_bytes": disk,
         "gold_by_repo": gold_by_repo(&cold),
     });
-    if a.work.is_none() {
-        let _ = std::fs::remove_dir_all(&root);
+    finish_slice(&root, a.work.is_none(), &v, a.json)
+}
+
+/// Removes the slice benchmark's scratch directory (unless `--work` named it) and prints its figures.
+fn finish_slice(
+    root: &std::path::Path,
+    scratch: bool,
+    v: &serde_json::Value,
+    json: bool,
+) -> Result<()> {
+    if scratch {
+        let _ = std::fs::remove_dir_all(root);
     }
-    if a.json {
-        println!("{v}");
-    } else {
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    }
-    Ok(())
+    print_figures(v, json)
 }

@@ -85,7 +85,8 @@ impl ReplayIndex {
             path: path.to_path_buf(),
             message,
         };
-        let files = if source.is_dir() {
+        let is_dir = source.is_dir();
+        let files = if is_dir {
             let mut files = Vec::new();
             let mut dirs = vec![source.to_path_buf()];
             while let Some(dir) = dirs.pop() {
@@ -113,7 +114,7 @@ impl ReplayIndex {
                 .peekable();
             // In a directory, other JSON-lines files (results, predictions) are not
             // transcripts: a file whose first line is not a transcript line is passed over.
-            if source.is_dir()
+            if is_dir
                 && raws
                     .peek()
                     .is_some_and(|(_, raw)| serde_json::from_str::<TranscriptLine>(raw).is_err())
@@ -135,7 +136,7 @@ impl ReplayIndex {
                 source,
                 format!(
                     "no recorded LLM calls in {} of them ({} .jsonl files looked at)",
-                    if source.is_dir() { "any" } else { "it" },
+                    if is_dir { "any" } else { "it" },
                     files.len()
                 ),
             ));

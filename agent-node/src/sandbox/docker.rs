@@ -17,7 +17,7 @@
 //! in a small JSON file in [`DockerConfig::cache_dir`]; when reprobench's images outgrow the
 //! disk budget the least recently used go first ([`plan_eviction`]).
 
-use super::python::{find_python_where, version_matches};
+use super::python::{find_python_where, has_own_prefix, version_matches};
 use super::{EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError};
 use crate::executor::BoxFuture;
 use bollard::Docker;
@@ -321,7 +321,7 @@ impl Inner {
         let standalone = recipe.standalone;
         let host = tokio::task::spawn_blocking(move || {
             find_python_where(&w, false, &cache, |p| {
-                !standalone || (p != Path::new("/usr") && p != Path::new("/"))
+                !standalone || has_own_prefix(p)
             })
         })
         .await

@@ -6,7 +6,9 @@
 //! file size; when the node runs as root it also gets an empty network namespace and runs as
 //! `nobody`, which makes the process limit bite and keeps it out of everything but its copy.
 
-use super::python::{build_once, find_python, find_python_where};
+use super::python::{
+    build_once, copy_prefix_readable, find_python, find_python_where, has_own_prefix,
+};
 use super::{
     EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError,
     check_relative_path,
@@ -199,9 +201,8 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
         || marker.exists(),
         || {
             // A standalone environment copies an interpreter's own prefix, never the system's.
-            let own_prefix = |p: &Path| p != Path::new("/usr") && p != Path::new("/");
             let python = if recipe.standalone {
-                find_python_where(&recipe.python, public, cache, own_prefix).map_err(|e| match e {
+                find_python_where(&recipe.python, public, cache, has_own_prefix).map_err(|e| match e {
                     SandboxError::BadInput(_) => SandboxError::BadInput(format!(
                         "this instance's tests run under `tox --current-env`, which needs a standalone Python {} with a prefix of its own (not a virtualenv, not the system's /usr); install one with `pyenv install {}`, or use the docker executor",
                         recipe.python, recipe.python
@@ -270,17 +271,7 @@ fn standalone_copy(
             "its binary is outside its prefix",
         )
     })?;
-    run_setup(
-        std::process::Command::new("cp")
-            .arg("-a")
-            .arg(&python.prefix)
-            .arg(dir),
-        &format!(
-            "copying {} as the instance's environment",
-            python.prefix.display()
-        ),
-    )
-    .map_err(SandboxError::Infra)?;
+    copy_prefix_readable(&python.prefix, dir, "as the instance's environment")?;
     if !dir.join("bin/python").exists() {
         std::os::unix::fs::symlink(dir.join(exe), dir.join("bin/python"))
             .map_err(|e| infra("linking bin/python", e))?;
@@ -310,13 +301,6 @@ fn standalone_copy(
             std::fs::write(&path, fixed).map_err(|e| infra("pointing a script at the copy", e))?;
         }
     }
-    run_setup(
-        std::process::Command::new("chmod")
-            .args(["-R", "a+rX"])
-            .arg(dir),
-        "making the environment readable",
-    )
-    .map_err(SandboxError::Infra)?;
     Ok(vec![(
         "LD_LIBRARY_PATH".to_string(),
         dir.join("lib").display().to_string(),

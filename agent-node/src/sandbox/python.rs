@@ -112,21 +112,7 @@ fn public_copy(
         &root.join(format!("{name}.lock")),
         || marker.exists(),
         || {
-            run_setup(
-                std::process::Command::new("cp")
-                    .arg("-a")
-                    .arg(prefix)
-                    .arg(&dir),
-                &format!("copying {} for the execution user", prefix.display()),
-            )
-            .map_err(SandboxError::Infra)?;
-            run_setup(
-                std::process::Command::new("chmod")
-                    .args(["-R", "a+rX"])
-                    .arg(&dir),
-                "making the interpreter copy readable",
-            )
-            .map_err(SandboxError::Infra)?;
+            copy_prefix_readable(prefix, &dir, "for the execution user")?;
             std::fs::write(&marker, b"").map_err(|e| infra("marking the interpreter copy ready", e))
         },
     )?;
@@ -189,6 +175,35 @@ pub(crate) fn find_python_where(
     Err(SandboxError::BadInput(format!(
         "the instance wants Python {wanted}, and this machine has no such interpreter (looked for python{wanted} and python3 on PATH, in /usr/local/bin, /usr/bin and pyenv's versions); install it (e.g. `pyenv install {wanted}`), or use the docker executor, which builds a base image per Python version"
     )))
+}
+
+/// Whether an interpreter prefix is its own (pyenv's, /usr/local/...) rather than the system's,
+/// so that copying it copies one interpreter.
+pub(crate) fn has_own_prefix(prefix: &Path) -> bool {
+    prefix != Path::new("/usr") && prefix != Path::new("/")
+}
+
+/// Copies an interpreter's prefix to `dir`, readable by every user.
+pub(crate) fn copy_prefix_readable(
+    prefix: &Path,
+    dir: &Path,
+    what: &str,
+) -> Result<(), SandboxError> {
+    run_setup(
+        std::process::Command::new("cp")
+            .arg("-a")
+            .arg(prefix)
+            .arg(dir),
+        &format!("copying {} {what}", prefix.display()),
+    )
+    .map_err(SandboxError::Infra)?;
+    run_setup(
+        std::process::Command::new("chmod")
+            .args(["-R", "a+rX"])
+            .arg(dir),
+        &format!("making {} readable", dir.display()),
+    )
+    .map_err(SandboxError::Infra)
 }
 
 /// Builds `dir` once, in place (never moved: scripts and editable installs record its path).
