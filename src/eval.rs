@@ -59,6 +59,11 @@ pub struct EvalArgs {
     /// test command runs untraced, unlike SWT-bench's own runs).
     #[arg(long)]
     no_coverage: bool,
+    /// Resolve packages without a pin as of this day or instant (`2025-02-28`, or ISO 8601 with a
+    /// zone), through pip's --uploaded-prior-to (pip 26, Python 3.9+), or `latest` for today's
+    /// [default: the environment spec's; SWT-bench's specs: 2025-02-28, the day they last changed].
+    #[arg(long, value_name = "DATE|latest", value_parser = parse_packages_as_of)]
+    packages_as_of: Option<AsOf>,
     /// Start an embedded coordinator and N node processes on this machine.
     #[arg(long, value_name = "N", conflicts_with = "coordinator")]
     local_nodes: Option<u32>,
@@ -81,6 +86,46 @@ pub struct EvalArgs {
     /// Evaluate anew even if this exact evaluation ran before (default: reuse or resume it).
     #[arg(long)]
     new: bool,
+}
+
+/// `--packages-as-of`: a date cap, or none.
+#[derive(Debug, Clone, PartialEq)]
+enum AsOf {
+    /// pip's `--uploaded-prior-to` value.
+    Date(String),
+    /// No cap: today's packages.
+    Latest,
+}
+
+/// `latest`, `YYYY-MM-DD` (midnight UTC) or `YYYY-MM-DDTHH:MM:SS` with `Z` or an offset.
+fn parse_packages_as_of(s: &str) -> Result<AsOf, String> {
+    if s == "latest" {
+        return Ok(AsOf::Latest);
+    }
+    let bad = || {
+        format!(
+            "`{s}` is not a date: give YYYY-MM-DD (midnight UTC), an ISO 8601 instant with its zone (2025-02-28T12:00:00Z), or `latest`"
+        )
+    };
+    let date_ok = |d: &str| {
+        let p: Vec<&str> = d.split('-').collect();
+        p.len() == 3
+            && [4, 2, 2]
+                .iter()
+                .zip(&p)
+                .all(|(n, x)| x.len() == *n && x.bytes().all(|b| b.is_ascii_digit()))
+    };
+    match s.split_once('T') {
+        None if date_ok(s) => Ok(AsOf::Date(format!("{s}T00:00:00Z"))),
+        Some((d, t))
+            if date_ok(d)
+                && (t.ends_with('Z') || t.contains('+') || t.matches('-').count() == 1)
+                && t.starts_with(|c: char| c.is_ascii_digit()) =>
+        {
+            Ok(AsOf::Date(s.to_string()))
+        }
+        _ => Err(bad()),
+    }
 }
 
 /// The executor to use when none is named: docker if the engine and base image are there.
@@ -306,6 +351,14 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
             })
         });
     }
+    if let Some(as_of) = &a.packages_as_of {
+        for env in ds.instances.iter_mut().filter_map(|i| i.env.as_mut()) {
+            env.packages_as_of = match as_of {
+                AsOf::Date(d) => Some(d.clone()),
+                AsOf::Latest => None,
+            };
+        }
+    }
     let total = ds.instances.len()
         + problems
             .iter()
@@ -497,4 +550,37 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
         println!("reports: {}", out.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packages_as_of_reads_days_instants_and_latest() {
+        let date = |s: &str| parse_packages_as_of(s);
+        assert_eq!(date("latest"), Ok(AsOf::Latest));
+        assert_eq!(
+            date("2025-02-28"),
+            Ok(AsOf::Date("2025-02-28T00:00:00Z".into()))
+        );
+        for instant in [
+            "2025-02-28T12:30:00Z",
+            "2025-02-28T12:30:00+02:00",
+            "2025-02-28T12:30:00-05:00",
+        ] {
+            assert_eq!(date(instant), Ok(AsOf::Date(instant.into())));
+        }
+        for bad in [
+            "",
+            "yesterday",
+            "2025-2-28",
+            "28-02-2025",
+            "2025-02-28T12:30:00",
+            "2025-02-28Tnoon",
+        ] {
+            let e = date(bad).unwrap_err();
+            assert!(e.contains("YYYY-MM-DD") && e.contains(bad), "{bad}: {e}");
+        }
+    }
 }

@@ -86,6 +86,11 @@ pub struct EnvSpec {
     /// every result of the instance).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub left_out: Vec<String>,
+    /// pip considers only files uploaded before this instant (ISO 8601, e.g.
+    /// `2025-02-28T00:00:00Z`), so requirements without a pin resolve as they did then; through
+    /// pip's `--uploaded-prior-to` (pip 26+, Python 3.9+).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages_as_of: Option<String>,
 }
 
 fn default_python() -> String {
@@ -108,6 +113,9 @@ impl EnvSpec {
             packages.extend(self.pip_packages.iter().cloned());
             packages.push("--requirements".into());
             packages.extend(self.requirements_files.iter().cloned());
+        }
+        if let Some(date) = &self.packages_as_of {
+            packages.push(format!("--packages-as-of={date}"));
         }
         env_key(&self.python, &packages)
     }
@@ -154,7 +162,12 @@ impl Default for Fnv {
 impl Fnv {
     /// Adds a string (length-prefixed, so ("ab","c") and ("a","bc") differ).
     pub fn add(&mut self, s: &str) {
-        for b in (s.len() as u64).to_le_bytes().iter().chain(s.as_bytes()) {
+        self.add_bytes(s.as_bytes());
+    }
+
+    /// Adds bytes (length-prefixed, as [`Fnv::add`]).
+    pub fn add_bytes(&mut self, bytes: &[u8]) {
+        for b in (bytes.len() as u64).to_le_bytes().iter().chain(bytes) {
             self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
         }
     }

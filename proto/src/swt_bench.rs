@@ -7,7 +7,9 @@
 //! packages conda would install by name are installed by pip under the same names (`name=1.2`
 //! becomes `name==1.2`); a requirements file is read from the repository at the instance's
 //! environment-setup commit as SWT-bench reads it; a conda `environment.yml` cannot be
-//! reproduced, so only the pip part is installed and the spec says what was left out.
+//! reproduced, so only the pip part is installed and the spec says what was left out. SWT-bench
+//! builds its images anew from PyPI; packages without a pin resolve as of the day its specs last
+//! changed ([`SPECS_AS_OF`]), not as of today, where the Python version lets pip do that.
 
 use crate::swt::EnvSpec;
 use serde::Deserialize;
@@ -16,6 +18,19 @@ use std::path::{Path, PathBuf};
 
 /// Where the specs live, relative to the datasets directory.
 pub const SPECS_FILE: &str = "swt-bench/env-specs.json";
+
+/// The instant unpinned packages of SWT-bench's environments resolve at: the day its specs last
+/// changed upstream (`src/constants.py`, commit 0ef5378, 2025-02-28), so a package released since
+/// (docutils 0.22, which dropped `docutils.utils.roman` that sphinx 3-4 import) is not picked.
+pub const SPECS_AS_OF: &str = "2025-02-28T00:00:00Z";
+/// The first Python whose pip (26+) can resolve as of a date.
+const FIRST_PYTHON_WITH_DATE_CAP: (u32, u32) = (3, 9);
+
+/// `3.9` → (3, 9); `None` for anything else (`3`, `pypy`).
+fn major_minor(python: &str) -> Option<(u32, u32)> {
+    let (major, minor) = python.trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.split('.').next()?.parse().ok()?))
+}
 
 /// `test_directives` style of SWT-bench: the files of the test patch's `diff --git` headers
 /// that are not data files, as module names for django.
@@ -111,7 +126,17 @@ impl SwtBenchSpecs {
                 version.to_string(),
             )]),
             left_out: Vec::new(),
+            packages_as_of: None,
         };
+        match major_minor(&spec.python) {
+            Some(v) if v < FIRST_PYTHON_WITH_DATE_CAP => env.left_out.push(format!(
+                "packages without a pin resolve as of today, not as of SWT-bench's specs ({}): pip's date cap (--uploaded-prior-to) needs pip 26, which needs Python {}.{}+",
+                &SPECS_AS_OF[..10],
+                FIRST_PYTHON_WITH_DATE_CAP.0,
+                FIRST_PYTHON_WITH_DATE_CAP.1
+            )),
+            _ => env.packages_as_of = Some(SPECS_AS_OF.into()),
+        }
         // tox would build its own virtualenv from PyPI, and executions have no network: with
         // tox-current-env among the spec's packages, the tests run in the instance's environment.
         let tox = env.test_cmd.trim_start();
@@ -156,12 +181,13 @@ mod tests {
         serde_json::from_str(
             r#"{
               "install_specs": {
-                "psf/requests": {"2.0": {"python": "3.9", "packages": "pytest numpy=1.19", "install": "python -m pip install ."}},
+                "psf/requests": {"2.0": {"python": "3.9", "packages": "pytest numpy=1.19", "install": "python -m pip install ."},
+                                 "0.14": {"python": "3.6", "packages": "pytest", "install": "python -m pip install ."}},
                 "pallets/flask": {"2.3": {"python": "3.11", "packages": "requirements.txt", "pip_packages": ["Werkzeug==2.3.7"], "install": "python -m pip install -e ."}},
                 "pydata/xarray": {"0.12": {"python": "3.10", "packages": "environment.yml", "pip_packages": ["numpy==1.23.0"]}}
               },
               "test_commands": {
-                "psf/requests": {"2.0": "pytest -rA"},
+                "psf/requests": {"2.0": "pytest -rA", "0.14": "pytest -rA"},
                 "pallets/flask": {"2.3": "pytest -rA"},
                 "pydata/xarray": {"0.12": "pytest -rA"}
               },
@@ -199,6 +225,7 @@ mod tests {
         let s = specs();
         let r = s.env("psf/requests", "2.0").unwrap();
         assert_eq!(r.python, "3.9");
+        assert_eq!(r.packages_as_of.as_deref(), Some(SPECS_AS_OF));
         assert_eq!(r.packages, vec!["pytest", "numpy==1.19"]);
         assert_eq!(r.test_cmd, "pytest -rA");
         assert_eq!(r.test_directives, SWT_BENCH_DIRECTIVES);
@@ -213,6 +240,15 @@ mod tests {
             "{:?}",
             x.left_out
         );
+        let old = s.env("psf/requests", "0.14").unwrap();
+        assert_eq!(old.packages_as_of, None, "no pip 26 for Python 3.6");
+        assert!(
+            old.left_out[0].contains("as of today"),
+            "{:?}",
+            old.left_out
+        );
+        assert_eq!(major_minor("3.10"), Some((3, 10)));
+        assert_eq!(major_minor("3"), None);
         assert!(s.env("psf/requests", "9.9").is_none());
         assert!(s.env("me/mine", "2.0").is_none());
     }

@@ -3,17 +3,19 @@
 //! Layers, each built locally through the engine's build API and never pulled:
 //! - base ([`DockerConfig::base_image`]): an OS with Python, git and patch, made once by
 //!   [`bootstrap_base_image`] (debootstrap + import, no registry needed);
-//! - env (`reprobench/env:<EnvRecipe::env_key>`): a virtualenv at `/opt/venv` with the recipe's
-//!   packages;
-//! - instance (`reprobench/instance:<EnvRecipe::instance_key>`): the repository at the base
-//!   commit at [`WORKDIR`], as a git repository, with its install commands run.
+//! - env (`reprobench/env:<EnvRecipe::env_key>-<content>`): a virtualenv at `/opt/venv` with the
+//!   recipe's packages;
+//! - instance (`reprobench/instance:<EnvRecipe::instance_key>-<content>`): the repository at the
+//!   base commit at [`WORKDIR`], as a git repository, with its install commands run.
 //!
 //! An execution runs in a container with no network, CPU/memory/pids limits and a read-only
 //! root filesystem: the repository is copied into a size-limited tmpfs at `/work`, the input
 //! files come in through a read-only bind mount, and the container is removed afterwards
 //! whatever happens.
 //!
-//! Images are tagged by content hash, so a tag that exists is up to date. Their last use is kept
+//! Images are tagged by the recipe's key and a hash of the layer's Dockerfile (its parent, script
+//! and labels) and small context files, so a tag that exists is up to date, also after
+//! reprobench changes how a layer is built. Their last use is kept
 //! in a small JSON file in [`DockerConfig::cache_dir`]; when reprobench's images outgrow the
 //! disk budget the least recently used go first ([`plan_eviction`]).
 
@@ -254,8 +256,10 @@ impl Inner {
     async fn prepare(self: Arc<Self>, recipe: EnvRecipe) -> Result<Prepared, SandboxError> {
         let (base, python) = self.python_base(&recipe).await?;
 
-        let env_tag = format!("{ENV_REPO}:{}", recipe.env_key());
-        let instance_tag = format!("{INSTANCE_REPO}:{}", recipe.instance_key());
+        let env_layer = build::env_layer(&base, &recipe, read_host_ca(), &python);
+        let env_tag = env_layer.tag(ENV_REPO);
+        let mut instance_layer = build::instance_layer(&env_tag, &recipe);
+        let instance_tag = instance_layer.tag(INSTANCE_REPO);
         let _pins = Pins::new(&[&env_tag, &instance_tag]);
 
         let mut built = false;
@@ -263,8 +267,7 @@ impl Inner {
             let lock = build_lock(&env_tag);
             let _held = lock.lock().await;
             if find_image(&self.docker, &env_tag).await?.is_none() {
-                let layer = build::env_layer(&base, &recipe, read_host_ca(), &python);
-                build::build(&self.docker, &env_tag, layer, &recipe).await?;
+                build::build(&self.docker, &env_tag, env_layer, &recipe).await?;
                 built = true;
             }
         }
@@ -272,9 +275,8 @@ impl Inner {
             let lock = build_lock(&instance_tag);
             let _held = lock.lock().await;
             if find_image(&self.docker, &instance_tag).await?.is_none() {
-                let repo = archive_commit(&recipe).await?;
-                let layer = build::instance_layer(&env_tag, &recipe, repo);
-                build::build(&self.docker, &instance_tag, layer, &recipe).await?;
+                instance_layer.attach("repo.tar", archive_commit(&recipe).await?);
+                build::build(&self.docker, &instance_tag, instance_layer, &recipe).await?;
                 built = true;
             }
         }
@@ -341,8 +343,14 @@ impl Inner {
             &format!("python-layer-v1 {base} {}", host.prefix.display()),
             std::slice::from_ref(&host.version),
         );
-        let tag = format!("{PYTHON_REPO}:{}-{key}", host.version);
         let exe = host.exe.display().to_string();
+        let mut layer = build::python_layer(
+            &base,
+            format!("{}-{key}", host.version),
+            &exe,
+            &host.version,
+        );
+        let tag = layer.tag(PYTHON_REPO);
         let lock = build_lock(&tag);
         let _held = lock.lock().await;
         if find_image(&self.docker, &tag).await?.is_none() {
@@ -350,7 +358,7 @@ impl Inner {
             let tar = tokio::task::spawn_blocking(move || tar_prefix(&prefix))
                 .await
                 .map_err(|e| SandboxError::Infra(format!("interpreter archive task: {e}")))??;
-            let layer = build::python_layer(&base, key, tar, &exe, &host.version);
+            layer.attach("python.tar", tar);
             build::build(&self.docker, &tag, layer, recipe).await?;
         }
         Ok((tag, exe))

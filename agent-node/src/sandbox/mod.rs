@@ -42,6 +42,11 @@ for d in set([paths['purelib'], paths['platlib']]):
 print('\n'.join(sorted(found)))
 "#;
 
+/// pip's environment variable for `--uploaded-prior-to` ([`EnvRecipe::packages_as_of`]).
+pub(crate) const PIP_DATE_CAP_VAR: &str = "PIP_UPLOADED_PRIOR_TO";
+/// The pip that has `--uploaded-prior-to`: 26 and later, which need Python 3.9+.
+pub(crate) const PIP_WITH_DATE_CAP: &str = "pip>=26";
+
 /// Everything needed to build the environment an instance's executions run in.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EnvRecipe {
@@ -69,6 +74,8 @@ pub struct EnvRecipe {
     /// instead of a virtualenv: `tox --current-env` links its env's `python` to the running
     /// interpreter, and a link to a virtualenv's `python` outside it is no longer in the venv.
     pub standalone: bool,
+    /// pip considers only files uploaded before this instant (see `EnvSpec::packages_as_of`).
+    pub packages_as_of: Option<String>,
 }
 
 impl EnvRecipe {
@@ -84,6 +91,9 @@ impl EnvRecipe {
         }
         if self.standalone {
             packages.push("--standalone".into());
+        }
+        if let Some(date) = &self.packages_as_of {
+            packages.push(format!("--packages-as-of={date}"));
         }
         reprobench_proto::swt::env_key(&self.python, &packages)
     }
@@ -108,6 +118,80 @@ impl EnvRecipe {
     }
 }
 
+/// An execution's output kept within a cap: its first half and its last half, with a line in
+/// between saying how much was left out. Test summaries (pytest's `-rA` section) and the
+/// harness's own closing lines come last, so the tail matters as much as the head.
+#[derive(Debug)]
+pub(crate) struct CappedOutput {
+    head_cap: usize,
+    tail_cap: usize,
+    head: Vec<u8>,
+    /// The latest bytes; holds up to twice `tail_cap` between trims.
+    tail: Vec<u8>,
+    left_out: u64,
+}
+
+impl CappedOutput {
+    /// Keeps at most `cap` bytes of output (and one line saying what was left out).
+    pub(crate) fn new(cap: usize) -> Self {
+        let head_cap = cap / 2;
+        CappedOutput {
+            head_cap,
+            tail_cap: cap - head_cap,
+            head: Vec::new(),
+            tail: Vec::new(),
+            left_out: 0,
+        }
+    }
+
+    /// Takes the next bytes of output.
+    pub(crate) fn push(&mut self, mut bytes: &[u8]) {
+        if self.head.len() < self.head_cap {
+            let n = bytes.len().min(self.head_cap - self.head.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > 2 * self.tail_cap.max(1) {
+            let drop = self.tail.len() - self.tail_cap;
+            self.tail.drain(..drop);
+            self.left_out += drop as u64;
+        }
+    }
+
+    /// The kept output, and whether some was left out. The tail starts at a line's beginning.
+    pub(crate) fn finish(mut self) -> (Vec<u8>, bool) {
+        if self.tail.len() > self.tail_cap {
+            let drop = self.tail.len() - self.tail_cap;
+            self.tail.drain(..drop);
+            self.left_out += drop as u64;
+        }
+        if self.left_out == 0 {
+            self.head.extend_from_slice(&self.tail);
+            return (self.head, false);
+        }
+        let line_start = self
+            .tail
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(0, |i| i + 1);
+        self.left_out += line_start as u64;
+        let mut out = self.head;
+        if !out.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+        out.extend_from_slice(
+            format!(
+                "[reprobench: {} bytes of output left out here; an execution keeps its first {} and last {} bytes]\n",
+                self.left_out, self.head_cap, self.tail_cap
+            )
+            .as_bytes(),
+        );
+        out.extend_from_slice(&self.tail[line_start..]);
+        (out, true)
+    }
+}
+
 /// Resource limits of one execution.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
@@ -121,7 +205,8 @@ pub struct Limits {
     pub disk_mb: u64,
     /// Wall-clock limit; the whole process tree is killed when it passes.
     pub timeout: Duration,
-    /// Output kept (bytes); the rest is dropped and `output_truncated` set.
+    /// Output kept (bytes): its first and last halves; the middle is dropped and
+    /// `output_truncated` set.
     pub max_output_bytes: usize,
 }
 
@@ -133,7 +218,7 @@ impl Default for Limits {
             pids: 256,
             disk_mb: 1024,
             timeout: Duration::from_secs(1800),
-            max_output_bytes: 4 << 20,
+            max_output_bytes: 16 << 20,
         }
     }
 }
@@ -241,6 +326,58 @@ pub fn check_relative_path(path: &str) -> Result<(), SandboxError> {
 
 #[cfg(test)]
 mod tests {
+    fn kept(cap: usize, chunks: &[&str]) -> (String, bool) {
+        let mut c = CappedOutput::new(cap);
+        for chunk in chunks {
+            c.push(chunk.as_bytes());
+        }
+        let (bytes, truncated) = c.finish();
+        (String::from_utf8(bytes).unwrap(), truncated)
+    }
+
+    #[test]
+    fn output_within_the_cap_is_kept_whole() {
+        assert_eq!(
+            kept(10, &["abc\n", "defgh\n"]),
+            ("abc\ndefgh\n".into(), false)
+        );
+        assert_eq!(kept(10, &[]), (String::new(), false));
+        assert_eq!(kept(10, &["0123456789"]), ("0123456789".into(), false));
+    }
+
+    #[test]
+    fn long_output_keeps_its_head_and_its_tail_from_a_line_start() {
+        // A summary at the end survives a long middle, whatever the chunking.
+        let lines: Vec<String> = (0..1000).map(|i| format!("line {i}\n")).collect();
+        let whole: String = lines.concat();
+        for chunk in [1, 7, 4096] {
+            let pieces: Vec<&str> = (0..whole.len())
+                .step_by(chunk)
+                .map(|i| &whole[i..(i + chunk).min(whole.len())])
+                .collect();
+            let (text, truncated) = kept(200, &pieces);
+            assert!(truncated);
+            assert!(text.starts_with("line 0\nline 1\n"), "{text}");
+            assert!(text.ends_with("line 998\nline 999\n"), "{text}");
+            let marker = text
+                .lines()
+                .find(|l| l.starts_with("[reprobench: "))
+                .unwrap();
+            let left_out: usize = marker["[reprobench: ".len()..]
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let after = &text[text.find(marker).unwrap() + marker.len() + 1..];
+            assert!(
+                after.starts_with("line "),
+                "the tail starts at a line: {after}"
+            );
+            assert_eq!(100 + left_out + after.len(), whole.len(), "chunk {chunk}");
+        }
+    }
+
     use super::*;
 
     fn recipe() -> EnvRecipe {

@@ -10,8 +10,8 @@ use super::python::{
     build_once, copy_prefix_readable, find_python, find_python_where, has_own_prefix,
 };
 use super::{
-    EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError,
-    check_relative_path,
+    CappedOutput, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, PIP_DATE_CAP_VAR,
+    PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError, check_relative_path,
 };
 use crate::executor::BoxFuture;
 use std::collections::HashMap;
@@ -170,6 +170,18 @@ fn pip_install(
     })
 }
 
+/// Upgrades the venv's pip to one with `--uploaded-prior-to` (itself not date-capped: that pip
+/// was released after the dates one caps at).
+fn upgrade_pip_for_date_cap(venv: &Path, env: &[(String, String)]) -> Result<(), SandboxError> {
+    let args = ["--upgrade".to_string(), PIP_WITH_DATE_CAP.to_string()];
+    pip_install(venv, &args, "upgrading pip", env).map_err(|e| match e {
+        SandboxError::BadInput(msg) => SandboxError::BadInput(format!(
+            "the environment resolves packages as of a date (packages_as_of), which needs pip 26 or later, and pip 26 needs Python 3.9 or later: drop packages_as_of from the spec for an older Python ({msg})"
+        )),
+        other => other,
+    })
+}
+
 /// The venv's name in the cache. An environment whose install steps put the repository into the
 /// venv (`pip install .` copies it into site-packages) gets a venv per instance, as a container
 /// image per instance does: instances of one environment at other commits must not see it.
@@ -230,9 +242,16 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
                 .map_err(SandboxError::Infra)?;
                 lib_env
             };
-            let env_text: String = lib_env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
-            std::fs::write(dir.join(ENV_FILE), env_text)
+            let mut env_text: String = lib_env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            std::fs::write(dir.join(ENV_FILE), &env_text)
                 .map_err(|e| infra("writing the venv's environment", e))?;
+            if let Some(date) = &recipe.packages_as_of {
+                upgrade_pip_for_date_cap(&dir, &venv_env(&dir))?;
+                // Every later pip run in this venv, the install commands' too, honours the cap.
+                env_text.push_str(&format!("{PIP_DATE_CAP_VAR}={date}\n"));
+                std::fs::write(dir.join(ENV_FILE), &env_text)
+                    .map_err(|e| infra("writing the venv's environment", e))?;
+            }
             let env = venv_env(&dir);
             if !recipe.packages.is_empty() {
                 let what = format!("pip install {}", recipe.packages.join(" "));
@@ -439,22 +458,15 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
 }
 
 fn read_capped(mut r: impl Read, cap: usize) -> (Vec<u8>, bool) {
-    let mut buf = Vec::new();
+    let mut kept = CappedOutput::new(cap);
     let mut chunk = [0u8; 64 * 1024];
-    let mut truncated = false;
     loop {
         match r.read(&mut chunk) {
             Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let room = cap.saturating_sub(buf.len());
-                if n > room {
-                    truncated = true;
-                }
-                buf.extend_from_slice(&chunk[..n.min(room)]);
-            }
+            Ok(n) => kept.push(&chunk[..n]),
         }
     }
-    (buf, truncated)
+    kept.finish()
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {

@@ -86,6 +86,9 @@ pub struct ExecRecord {
     /// Taken from the cache.
     #[serde(default)]
     pub cached: bool,
+    /// The output outgrew the execution's cap: its middle was left out of the log.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
 }
 
 /// A cached gold or base execution: its record, its log and its coverage counts.
@@ -168,8 +171,11 @@ impl SwtExecutor {
         // A traced execution depends on the files traced and on the tracer itself.
         let traced = coverage_files(job.payload)
             .map(|f| format!("{}\n{}", f.join("\n"), script::COVERAGE_TRACER));
+        // The output cap decides what of a long log is kept.
+        let cap = job.limits.max_output_bytes.to_string();
         let key = fnv_hex(&[
             "swt-exec-v2",
+            &cap,
             traced.as_deref().map_or("untraced", |f| f),
             &job.recipe.instance_key(),
             step.label,
@@ -235,6 +241,7 @@ impl SwtExecutor {
             overhead_ms: out.overhead.as_millis() as u64,
             test_ms: report.test_ns.map(|ns| ns / 1_000_000),
             cached: false,
+            output_truncated: out.output_truncated,
         };
         let exec = Execution {
             record,
@@ -329,6 +336,7 @@ impl SwtExecutor {
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             standalone: payload.env.test_cmd.trim_start().starts_with("tox "),
+            packages_as_of: payload.env.packages_as_of.clone(),
         };
         let limits = Limits {
             cpus: payload.limits.cpus,
@@ -605,7 +613,7 @@ impl SwtExecutor {
                 .zip(&executions)
                 .flat_map(|(r, e)| {
                     e.as_ref()
-                        .map(|e| script_findings(r, &e.record.patches))
+                        .map(|e| script_findings(r, &e.record))
                         .unwrap_or_default()
                 })
                 .collect(),
@@ -667,7 +675,7 @@ impl SwtExecutor {
             timed_out: executions[i].as_ref().is_some_and(|e| e.record.timed_out),
             findings: executions[i]
                 .as_ref()
-                .map(|e| script_findings(RUNS[i], &e.record.patches))
+                .map(|e| script_findings(RUNS[i], &e.record))
                 .unwrap_or_default(),
         });
         let g = match instance::grade(&runs, family, rules, payload.grading.strict) {
@@ -699,12 +707,20 @@ impl SwtExecutor {
     }
 }
 
-fn script_findings(run: &str, patches: &[PatchOutcome]) -> Vec<instance::Suspicion> {
-    script::ScriptReport {
-        patches: patches.to_vec(),
+fn script_findings(run: &str, record: &ExecRecord) -> Vec<instance::Suspicion> {
+    let mut found = script::ScriptReport {
+        patches: record.patches.clone(),
         ..Default::default()
     }
-    .findings(run)
+    .findings(run);
+    if record.output_truncated {
+        found.push(instance::Suspicion::new(
+            instance::finding::OUTPUT_TRUNCATED,
+            run,
+            "the output outgrew the execution's cap: its middle was left out of the log (the line `[reprobench: N bytes of output left out here ...]` marks where), so tests reported only there are not seen",
+        ));
+    }
+    found
 }
 
 /// Tests of `pred` in `cat` that `base` does not have in it.

@@ -1,7 +1,7 @@
 //! Building env and instance layers: the Dockerfile and its in-memory context, the streamed build,
 //! and telling a recipe's own failure (final) from the machinery's (retry elsewhere).
 
-use super::super::{EnvRecipe, SandboxError};
+use super::super::{EnvRecipe, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, SandboxError};
 use super::{KEY_LABEL, LAYER_LABEL, PARENT_LABEL, WORKDIR};
 use bollard::Docker;
 use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
@@ -78,6 +78,26 @@ impl Layer {
                 (PARENT_LABEL.to_string(), from.to_string()),
             ]),
         }
+    }
+
+    /// The image tag of this layer in `repo`: its key, then a hash of what it is built from (the
+    /// Dockerfile, with its parent, script and labels, and the context files attached so far).
+    /// A changed build script or parent makes a new tag, never a stale image reused.
+    pub(super) fn tag(&self, repo: &str) -> String {
+        let mut h = reprobench_proto::swt::Fnv::default();
+        h.add(&self.dockerfile());
+        for (name, bytes) in &self.files {
+            h.add(name);
+            h.add_bytes(bytes);
+        }
+        let key = self.labels.get(KEY_LABEL).map_or("", String::as_str);
+        format!("{repo}:{key}-{:016x}", h.0)
+    }
+
+    /// Adds a context file after the tag is known (one too large to hash on every prepare, and
+    /// determined by the layer's key, as the repository archive at the base commit is).
+    pub(super) fn attach(&mut self, name: &str, bytes: Vec<u8>) {
+        self.files.push((name.to_string(), bytes));
     }
 
     fn step(&mut self, instruction: String, origin: Origin) {
@@ -173,16 +193,10 @@ fn sh_quote(s: &str) -> String {
 }
 
 /// The python layer: a host interpreter's whole prefix at its own absolute path (so its built-in
-/// library path holds) and `/usr/local/bin/pythonX.Y`, for a version the base image lacks.
-pub(super) fn python_layer(
-    base: &str,
-    key: String,
-    prefix_tar: Vec<u8>,
-    exe: &str,
-    version: &str,
-) -> Layer {
+/// library path holds) and `/usr/local/bin/pythonX.Y`, for a version the base image lacks. The
+/// prefix's archive is attached as `python.tar` once the tag says it is needed.
+pub(super) fn python_layer(base: &str, key: String, exe: &str, version: &str) -> Layer {
     let mut l = Layer::new(base, "python", key);
-    l.files.push(("python.tar".into(), prefix_tar));
     // ADD unpacks a local tar archive.
     l.step(
         "ADD python.tar /".into(),
@@ -239,11 +253,16 @@ pub(super) fn env_layer(
         "COPY reprobench/ /etc/reprobench/".into(),
         Origin::Harness("copying the CA bundle and requirements in"),
     );
+    // Every pip run in this image and the instance's, its install commands' too, honours the cap.
+    let date_cap = match &recipe.packages_as_of {
+        Some(date) => format!(" {PIP_DATE_CAP_VAR}={}", sh_quote(date)),
+        None => String::new(),
+    };
     // PATH names the virtualenv before it exists: the interpreter below is still the base one.
     l.step(
         format!(
             "ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1 \
-             PIP_NO_INPUT=1 PYTHONUNBUFFERED=1{ca_env}"
+             PIP_NO_INPUT=1 PYTHONUNBUFFERED=1{ca_env}{date_cap}"
         ),
         Origin::Harness("setting the environment"),
     );
@@ -265,6 +284,16 @@ pub(super) fn env_layer(
             format!("/usr/bin/env {python} -m venv /opt/venv"),
         )
     }];
+    if recipe.packages_as_of.is_some() {
+        // That pip itself is newer than the dates one caps at.
+        // The recipe's when it fails: no pip 26 for the recipe's Python (before 3.9).
+        pieces.push((
+            Origin::Packages,
+            format!(
+                "env -u {PIP_DATE_CAP_VAR} python -m pip install --no-cache-dir --upgrade '{PIP_WITH_DATE_CAP}'"
+            ),
+        ));
+    }
     for (present, file) in [
         (!recipe.packages.is_empty(), "requirements.txt"),
         (recipe.requirements.is_some(), "repo-requirements.txt"),
@@ -283,14 +312,14 @@ pub(super) fn env_layer(
 }
 
 /// The instance layer: the repository at the base commit in [`WORKDIR`] as a git repository,
-/// then the recipe's `pre_install` and `install` commands run there.
-pub(super) fn instance_layer(env_tag: &str, recipe: &EnvRecipe, repo_tar: Vec<u8>) -> Layer {
+/// then the recipe's `pre_install` and `install` commands run there. The archive of the
+/// repository at the base commit is attached as `repo.tar` once the tag says it is needed.
+pub(super) fn instance_layer(env_tag: &str, recipe: &EnvRecipe) -> Layer {
     let mut l = Layer::new(env_tag, "instance", recipe.instance_key());
     l.labels
         .insert("reprobench.repo".into(), recipe.repo.clone());
     l.labels
         .insert("reprobench.commit".into(), recipe.base_commit.clone());
-    l.files.push(("repo.tar".into(), repo_tar));
     l.step(
         format!("WORKDIR {WORKDIR}"),
         Origin::Harness("creating the repository directory"),
@@ -673,7 +702,8 @@ mod tests {
             [Origin::Harness(_), Origin::Packages]
         ));
 
-        let inst = instance_layer("reprobench/env:k", &r, b"tar".to_vec());
+        let mut inst = instance_layer("reprobench/env:k", &r);
+        inst.attach("repo.tar", b"tar".to_vec());
         let text = inst.dockerfile();
         assert_eq!(
             text.lines().filter(|l| !l.starts_with('#')).count(),
@@ -688,6 +718,34 @@ mod tests {
             "the editable-roots probe"
         );
         assert!(inst.context().unwrap().len() > 1024);
+    }
+
+    #[test]
+    fn a_layer_built_otherwise_gets_another_tag() {
+        let r = recipe();
+        let tag = |l: &Layer| l.tag("reprobench/env");
+        let env = env_layer("base:1", &r, None, "python3");
+        assert_eq!(tag(&env), tag(&env_layer("base:1", &r, None, "python3")));
+        assert!(tag(&env).starts_with(&format!("reprobench/env:{}-", r.env_key())));
+        // Same recipe, another parent, interpreter, CA bundle or script: another image.
+        assert_ne!(tag(&env), tag(&env_layer("base:2", &r, None, "python3")));
+        assert_ne!(tag(&env), tag(&env_layer("base:1", &r, None, "python3.9")));
+        assert_ne!(
+            tag(&env),
+            tag(&env_layer("base:1", &r, Some(b"CA".to_vec()), "python3"))
+        );
+        let mut changed = env_layer("base:1", &r, None, "python3");
+        changed.script(vec![(Origin::Harness("more"), "true".into())]);
+        assert_ne!(tag(&env), tag(&changed));
+        // The instance layer's tag is known before its repository archive is made.
+        let mut inst = instance_layer("reprobench/env:k", &r);
+        let before = inst.tag("reprobench/instance");
+        inst.attach("repo.tar", b"tar".to_vec());
+        assert_ne!(before, inst.tag("reprobench/instance"));
+        assert_eq!(
+            before,
+            instance_layer("reprobench/env:k", &r).tag("reprobench/instance")
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! One execution: a throwaway container with limits, its output, its removal whatever happens.
 
-use super::super::{ExecOutput, ExecRequest, Limits, SandboxError, check_relative_path};
+use super::super::{
+    CappedOutput, ExecOutput, ExecRequest, Limits, SandboxError, check_relative_path,
+};
 use super::{CONTAINER_LABEL, WORKDIR, engine_error};
 use bollard::Docker;
 use bollard::errors::Error as EngineError;
@@ -209,13 +211,13 @@ async fn run(
         output: ExecOutput {
             exit_code,
             timed_out: driven.timed_out,
-            output: String::from_utf8_lossy(&driven.output.buf).into_owned(),
-            output_truncated: driven.output.truncated,
+            output: String::from_utf8_lossy(&driven.output).into_owned(),
+            output_truncated: driven.output_truncated,
             command_time,
             overhead: begun.elapsed().saturating_sub(command_time),
         },
         exit_code,
-        marker_seen: matches!(driven.output.marker, Marker::Seen(_)),
+        marker_seen: driven.marker_seen,
     })
 }
 
@@ -400,7 +402,9 @@ impl Drop for Container {
 struct Driven {
     exit_code: Option<i64>,
     timed_out: bool,
-    output: Collector,
+    output: Vec<u8>,
+    output_truncated: bool,
+    marker_seen: bool,
     command_time: Duration,
 }
 
@@ -490,10 +494,14 @@ async fn drive(docker: &Docker, id: &str, spec: &Spec<'_>) -> Result<Driven, San
             warn!(container = %id, memory_mb = spec.limits.memory_mb, "execution was killed for exceeding its memory limit");
         }
     }
+    let marker_seen = matches!(output.marker, Marker::Seen(_));
+    let (output, output_truncated) = output.kept.finish();
     Ok(Driven {
         exit_code,
         timed_out,
         output,
+        output_truncated,
+        marker_seen,
         command_time: ended.saturating_duration_since(command_start),
     })
 }
@@ -534,21 +542,17 @@ enum Marker {
     Absent,
 }
 
-/// Output as it arrives: kept up to a cap, the start marker stripped.
+/// Output as it arrives: kept within a cap (its head and tail), the start marker stripped.
 #[derive(Debug)]
 struct Collector {
-    max: usize,
-    buf: Vec<u8>,
-    truncated: bool,
+    kept: CappedOutput,
     marker: Marker,
 }
 
 impl Collector {
     fn new(max: usize, marker: bool) -> Self {
         Collector {
-            max,
-            buf: Vec::new(),
-            truncated: false,
+            kept: CappedOutput::new(max),
             marker: if marker {
                 Marker::Waiting(Vec::new())
             } else {
@@ -585,11 +589,7 @@ impl Collector {
     }
 
     fn keep(&mut self, bytes: &[u8]) {
-        let room = self.max.saturating_sub(self.buf.len());
-        if bytes.len() > room {
-            self.truncated = true;
-        }
-        self.buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        self.kept.push(bytes);
     }
 }
 
@@ -644,7 +644,7 @@ mod tests {
         c.push(b" world", t);
         c.finish();
         assert_eq!(c.marker, Marker::Seen(t));
-        assert_eq!(c.buf, b"hello world");
+        assert_eq!(c.kept.finish().0, b"hello world");
     }
 
     #[test]
@@ -654,23 +654,24 @@ mod tests {
         c.push(b"cp: error", t);
         c.finish();
         assert_eq!(c.marker, Marker::Absent);
-        assert_eq!(c.buf, b"cp: error");
+        assert_eq!(c.kept.finish().0, b"cp: error");
         let mut c = Collector::new(100, true);
         c.push(&MARKER[..3], t);
         c.finish();
-        assert_eq!(c.buf, &MARKER[..3]);
+        assert_eq!(c.kept.finish().0, &MARKER[..3]);
     }
 
     #[test]
-    fn output_is_cut_at_the_cap() {
+    fn output_is_kept_within_the_cap() {
         let t = Instant::now();
-        let mut c = Collector::new(4, false);
-        c.push(b"ab", t);
-        assert!(!c.truncated);
-        c.push(b"cdef", t);
-        c.push(b"gh", t);
-        assert_eq!(c.buf, b"abcd");
-        assert!(c.truncated);
+        let mut c = Collector::new(8, false);
+        c.push(b"ab\n", t);
+        c.push(b"cdef\nghij\nkl", t);
+        let (kept, truncated) = c.kept.finish();
+        let kept = String::from_utf8(kept).unwrap();
+        assert!(truncated);
+        assert!(kept.starts_with("ab\nc\n[reprobench: 9 bytes"), "{kept}");
+        assert!(kept.ends_with("bytes]\nkl"), "{kept}");
     }
 
     #[test]

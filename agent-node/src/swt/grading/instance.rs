@@ -30,6 +30,8 @@ pub mod finding {
     pub const PATCH_NEEDS_FUZZ: &str = "patch_needs_fuzz";
     /// SWT-bench's own code raises on this log and gives no verdict; reprobench read on.
     pub const SWT_BENCH_RAISES: &str = "swt_bench_raises";
+    /// The execution's output outgrew its cap and its middle was left out of the log.
+    pub const OUTPUT_TRUNCATED: &str = "output_truncated";
     /// The execution was killed at the timeout; as in SWT-bench its log counts as missing.
     pub const TIMED_OUT: &str = "timed_out";
 }
