@@ -746,6 +746,61 @@ pub struct SliceBenchArgs {
     /// again with the same DIR resumes (finished instances are not run again).
     #[arg(long, value_name = "DIR")]
     work: Option<std::path::PathBuf>,
+    /// Official per-instance verdicts of the predictions ({"instances": {ID: {"resolved": bool}}})
+    /// to compare with [default: SLICE/verdicts/AssertFlip-requests-flask-pytest.json].
+    #[arg(long, value_name = "FILE")]
+    verdicts: Option<std::path::PathBuf>,
+}
+
+/// How a run's verdicts compare with official ones, per repository, with every disagreement and
+/// what its report says. Instances without an official verdict are not compared.
+fn official_agreement(run: &serde_json::Value, official: &serde_json::Value) -> serde_json::Value {
+    let reports = std::path::PathBuf::from(run["reports"].as_str().unwrap_or_default());
+    let mut by_repo: std::collections::BTreeMap<String, (u32, u32)> = Default::default();
+    let mut disagreements = Vec::new();
+    for entry in std::fs::read_dir(&reports).into_iter().flatten().flatten() {
+        let Some(r) = std::fs::read(entry.path().join("report.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        else {
+            continue;
+        };
+        let id = r["instance_id"].as_str().unwrap_or_default();
+        let Some(expected) = official["instances"][id]["resolved"].as_bool() else {
+            continue;
+        };
+        let repo = id
+            .rsplit_once('-')
+            .map_or(id.to_string(), |(p, _)| p.replacen("__", "/", 1));
+        let e = by_repo.entry(repo).or_default();
+        e.0 += 1;
+        let ours = r["resolved"] == true;
+        if ours == expected {
+            e.1 += 1;
+        } else {
+            disagreements.push(serde_json::json!({
+                "instance_id": id,
+                "official_resolved": expected,
+                "reprobench_resolved": ours,
+                "verdict": r["verdict"],
+                "error_class": r["error_class"],
+                "message": r["message"],
+                "suspicious": r["suspicious"],
+            }));
+        }
+    }
+    let (compared, agree) = by_repo
+        .values()
+        .fold((0, 0), |(c, a), (n, ok)| (c + n, a + ok));
+    serde_json::json!({
+        "compared": compared,
+        "agree": agree,
+        "by_repo": by_repo
+            .into_iter()
+            .map(|(repo, (n, ok))| (repo, serde_json::json!({"compared": n, "agree": ok})))
+            .collect::<serde_json::Map<_, _>>(),
+        "disagreements": disagreements,
+    })
 }
 
 /// Gold validation per repository: instances, resolved, and for each unresolved instance what
@@ -1056,6 +1111,24 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "data-preds",
         &["--rules", "swt-bench-2024"],
     )?;
+    let verdicts_file = a
+        .verdicts
+        .clone()
+        .unwrap_or_else(|| slice.join("verdicts/AssertFlip-requests-flask-pytest.json"));
+    let official = match std::fs::read(&verdicts_file) {
+        Ok(bytes) => {
+            let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+                anyhow::anyhow!("{}: not a verdicts file: {e}", verdicts_file.display())
+            })?;
+            let mut agreement = official_agreement(&preds, &v);
+            agreement["file"] = verdicts_file.display().to_string().into();
+            agreement
+        }
+        Err(e) if a.verdicts.is_some() => {
+            anyhow::bail!("cannot read --verdicts {}: {e}", verdicts_file.display())
+        }
+        Err(_) => serde_json::Value::Null,
+    };
     let (run_cold, _, _) = execution_figures(&cold);
     let (_, overhead, test) = execution_figures(&warm1);
     let (run_preds, _, _) = execution_figures(&preds);
@@ -1084,6 +1157,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "new_predictions_resolved": preds["resolved"],
         "new_predictions_mean_coverage": preds["mean_coverage"],
         "new_predictions_mean_coverage_delta": preds["mean_coverage_delta"],
+        "new_predictions_official_verdicts": official,
         "gold_mean_coverage_delta": cold["mean_coverage_delta"],
         "overhead_ms_median": overhead_ms_median,
         "test_ms_median": test_ms_median,
@@ -1106,4 +1180,45 @@ fn finish_slice(
         let _ = std::fs::remove_dir_all(root);
     }
     print_figures(v, json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn official_agreement_compares_only_instances_with_an_official_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        for (id, resolved) in [
+            ("psf__requests-1", true),
+            ("psf__requests-2", false),
+            ("pallets__flask-3", true),
+            ("sympy__sympy-4", true),
+        ] {
+            let d = dir.path().join(id);
+            std::fs::create_dir_all(&d).unwrap();
+            let report =
+                serde_json::json!({"instance_id": id, "resolved": resolved, "verdict": "x"});
+            std::fs::write(d.join("report.json"), report.to_string()).unwrap();
+        }
+        let official = serde_json::json!({"instances": {
+            "psf__requests-1": {"resolved": true},
+            "psf__requests-2": {"resolved": false},
+            "pallets__flask-3": {"resolved": false},
+            "pallets__flask-9": {"resolved": true},
+        }});
+        let run = serde_json::json!({"reports": dir.path().display().to_string()});
+        let a = official_agreement(&run, &official);
+        assert_eq!(
+            (a["compared"].as_u64(), a["agree"].as_u64()),
+            (Some(3), Some(2))
+        );
+        assert_eq!(a["by_repo"]["psf/requests"]["agree"], 2);
+        assert_eq!(a["by_repo"]["pallets/flask"]["compared"], 1);
+        assert!(a["by_repo"]["sympy/sympy"].is_null());
+        let d = a["disagreements"].as_array().unwrap();
+        assert_eq!(d.len(), 1);
+        assert_eq!(d[0]["instance_id"], "pallets__flask-3");
+        assert_eq!(d[0]["official_resolved"], false);
+    }
 }
