@@ -11,6 +11,7 @@ use std::time::Duration;
 pub mod docker;
 pub mod process;
 pub(crate) mod python;
+pub mod system_packages;
 
 /// Prints, one per line and relative to the checkout given as its argument, the directories of
 /// the checkout that editable installs made importable (paths in `.pth` and `.egg-link` files,

@@ -9,6 +9,7 @@
 use super::python::{
     build_once, copy_prefix_readable, find_python, find_python_where, has_own_prefix,
 };
+use super::system_packages;
 use super::{
     CappedOutput, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, PIP_DATE_CAP_VAR,
     PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError, check_relative_path,
@@ -415,6 +416,10 @@ fn prepare_checkout(
             .chain(std::iter::once(&recipe.install))
             .filter(|c| !c.trim().is_empty())
         {
+            let cmd = &without_system_steps(cmd, &recipe.repo)?;
+            if cmd.is_empty() {
+                continue;
+            }
             run_setup(
                 std::process::Command::new("bash")
                     .args(["-c", cmd])
@@ -437,6 +442,29 @@ fn prepare_checkout(
             .map_err(|e| infra("marking the checkout ready", e))
     })?;
     Ok(dir)
+}
+
+/// `cmd` without its system package steps, which would change the host's packages: they are
+/// checked instead (the packages they install must be on the host already).
+fn without_system_steps(cmd: &str, repo: &str) -> Result<String, SandboxError> {
+    let split = system_packages::split(cmd);
+    if !split.packages.is_empty() {
+        let missing = system_packages::missing_on_host(&split.packages).map_err(|e| {
+            SandboxError::BadInput(format!(
+                "{repo}'s environment installs system packages ({}) with `{cmd}`, and {e}: use the docker executor, where they go into the image",
+                split.packages.join(" ")
+            ))
+        })?;
+        if !missing.is_empty() {
+            return Err(SandboxError::BadInput(format!(
+                "{repo}'s environment installs system packages with `{cmd}`; the process executor never changes this host's packages, and {} {} not installed here: install them (`apt-get install -y {}`), or use the docker executor, where they go into the image",
+                missing.join(" "),
+                if missing.len() == 1 { "is" } else { "are" },
+                missing.join(" ")
+            )));
+        }
+    }
+    Ok(split.rest)
 }
 
 /// Limits applied in the child between fork and exec (only async-signal-safe calls there).
@@ -826,6 +854,45 @@ mod tests {
             "1 False",
             "a whole interpreter, not a venv"
         );
+    }
+
+    /// apt steps of a spec never run on the host: their packages must be there already.
+    #[tokio::test]
+    async fn system_package_steps_are_checked_on_the_host_not_run() {
+        if std::process::Command::new("dpkg-query")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipped: no dpkg-query on this host");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (bare, commit) = mirror(dir.path(), &[("a.py", "A = 1\n")]);
+        let sb = ProcessSandbox::new(dir.path().join("cache"));
+        let mut r = recipe(bare, commit);
+        r.pre_install = vec![
+            "apt-get update && apt-get install -y coreutils reprobench-no-such-package && touch ran".into(),
+        ];
+        let err = sb.prepare(&r).await.unwrap_err();
+        let SandboxError::BadInput(msg) = &err else {
+            panic!("{err:?}")
+        };
+        assert!(
+            msg.contains("apt-get install -y reprobench-no-such-package`")
+                && msg.contains("docker executor"),
+            "{msg}"
+        );
+        // With the packages there, the step is skipped and the rest of the command runs.
+        r.pre_install =
+            vec!["apt-get -y update && apt-get install -y coreutils && touch ran".into()];
+        let prepared = sb.prepare(&r).await.expect("prepare");
+        let out = sb
+            .exec(&prepared, req(&["ls", "ran"], Duration::from_secs(60)))
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, Some(0), "{}", out.output);
     }
 
     #[tokio::test]
