@@ -940,6 +940,36 @@ fn dir_bytes(p: &std::path::Path) -> u64 {
 }
 
 /// Bytes of the docker executor's images (python, env and instance layers).
+/// reprobench's env and instance images untagged since `since` (Unix seconds): what the image
+/// budget evicted.
+fn images_evicted_since(since: u64) -> Vec<String> {
+    let out = std::process::Command::new("docker")
+        .args([
+            "events",
+            "--since",
+            &since.to_string(),
+            "--until",
+            &now_unix().to_string(),
+        ])
+        .args(["--filter", "type=image", "--filter", "event=untag"])
+        .args(["--format", "{{.Actor.Attributes.name}}"])
+        .output();
+    out.map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|n| n.starts_with("reprobench/env:") || n.starts_with("reprobench/instance:"))
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 fn image_bytes() -> u64 {
     let out = std::process::Command::new("docker")
         .args([
@@ -1052,6 +1082,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "{instances} SWT-bench instances of {} with the {executor} executor",
         wanted_repos.join(", ")
     ));
+    let started_unix = now_unix();
     let images_before = if executor == "docker" {
         image_bytes()
     } else {
@@ -1164,6 +1195,8 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "overhead_ratio_median": overhead_ms_median / test_ms_median,
         "overhead_ratio_total": overhead_sum / test_sum,
         "environment_disk_bytes": disk,
+        "image_budget_gb": crate::SwtNodeArgs::defaults().image_budget_gb,
+        "images_evicted": if executor == "docker" { images_evicted_since(started_unix) } else { Vec::new() },
         "gold_by_repo": gold_by_repo(&cold),
     });
     finish_slice(&root, a.work.is_none(), &v, a.json)
