@@ -436,7 +436,24 @@ enum ImagesCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Build reprobench's own image (this binary over the base image), the one the Helm chart runs:
+    /// no registry needed; push it to yours with `docker tag` and `docker push` for a cluster.
+    #[command(name = "self")]
+    SelfImage {
+        /// Tag of the image.
+        #[arg(long, default_value = SELF_IMAGE)]
+        tag: String,
+        /// Base image (built by `images bootstrap`).
+        #[arg(long, default_value = reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE)]
+        base: String,
+        /// Rebuild even if the tag exists.
+        #[arg(long)]
+        force: bool,
+    },
 }
+
+/// The tag `images self` builds and the chart's `image` values default to.
+const SELF_IMAGE: &str = concat!("reprobench/reprobench:", env!("CARGO_PKG_VERSION"));
 
 #[derive(Args)]
 struct QuickstartArgs {
@@ -774,6 +791,11 @@ async fn images_command(a: ImagesArgs) -> Result<()> {
                 force,
             };
             let tag = reprobench_agent_node::sandbox::docker::bootstrap_base_image(&opts).await?;
+            println!("{tag}");
+        }
+        ImagesCommand::SelfImage { tag, base, force } => {
+            let tag = reprobench_agent_node::sandbox::docker::build_self_image(&base, &tag, force)
+                .await?;
             println!("{tag}");
         }
     }

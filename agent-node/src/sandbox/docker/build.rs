@@ -212,6 +212,27 @@ pub(super) fn python_layer(base: &str, key: String, exe: &str, version: &str) ->
     l
 }
 
+/// reprobench's own image (what a Kubernetes chart runs): `binary` at `/usr/local/bin/reprobench`
+/// over `base`, as the entrypoint, with the data and cache directories made.
+pub(super) fn self_layer(base: &str, binary: Vec<u8>, version: &str) -> Layer {
+    let mut l = Layer::new(base, "self", version.to_string());
+    l.attach("reprobench", binary);
+    l.step(
+        "COPY reprobench /usr/local/bin/reprobench".into(),
+        Origin::Harness("copying the reprobench binary in"),
+    );
+    l.script(vec![(
+        Origin::Harness("checking the binary runs in the image"),
+        "chmod 755 /usr/local/bin/reprobench && mkdir -p /data /cache && /usr/local/bin/reprobench --version".into(),
+    )]);
+    l.step(
+        "ENTRYPOINT [\"/usr/local/bin/reprobench\"]".into(),
+        Origin::Harness("setting the entrypoint"),
+    );
+    l.label();
+    l
+}
+
 /// The env layer: CA bundle, a virtualenv at `/opt/venv` made by `python`, and in it the
 /// recipe's packages, then its requirements file, then its pip pins.
 pub(super) fn env_layer(
