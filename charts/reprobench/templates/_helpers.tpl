@@ -1,0 +1,60 @@
+{{/* Names and labels shared by every object of the release. */}}
+
+{{- define "reprobench.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "reprobench.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "reprobench.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "reprobench.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "reprobench.labels" -}}
+{{ include "reprobench.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "reprobench.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "reprobench.coordinator" -}}
+{{- printf "%s-coordinator" (include "reprobench.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "reprobench.coordinatorUrl" -}}
+{{- printf "http://%s:%d" (include "reprobench.coordinator" .) (int .Values.coordinator.port) -}}
+{{- end -}}
+
+{{- define "reprobench.tokenSecret" -}}
+{{- default (printf "%s-token" (include "reprobench.fullname" .)) .Values.token.existingSecret -}}
+{{- end -}}
+
+{{- define "reprobench.tokenKey" -}}
+{{- if .Values.token.existingSecret -}}{{ .Values.token.key }}{{- else -}}token{{- end -}}
+{{- end -}}
+
+{{/* Where pods mount the join token. */}}
+{{- define "reprobench.tokenFile" -}}
+/var/run/reprobench/token/{{ include "reprobench.tokenKey" . }}
+{{- end -}}
+
+{{- define "reprobench.tokenVolume" -}}
+- name: token
+  secret:
+    secretName: {{ include "reprobench.tokenSecret" . }}
+    defaultMode: 0400
+    items:
+      - key: {{ include "reprobench.tokenKey" . }}
+        path: {{ include "reprobench.tokenKey" . }}
+{{- end -}}

@@ -1,0 +1,232 @@
+"""charts/reprobench rendered with real Helm (helm-python-sdk, Helm v4's Go SDK), every object
+validated strictly against Kubernetes' schemas (kubernetes-validate), and the objects that matter
+checked for each values combination that matters. Run by tests/chart.rs."""
+
+import copy
+import pathlib
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+CHART = pathlib.Path(__file__).resolve().parents[2] / "charts" / "reprobench"
+# The oldest schemas kubernetes-validate ships, and the newest.
+KUBE_VERSIONS = ["1.25", kubernetes_validate.utils.latest_version()]
+
+
+def render(values=None, name="rb"):
+    chart = helm.Chart.load(str(CHART))
+    chart.validate_schema(values or {})
+    out = chart.render(values or {}, name=name, namespace="bench", is_install=True)
+    objects = []
+    for path, text in out.items():
+        if path.endswith("NOTES.txt"):
+            continue
+        objects.extend(o for o in yaml.safe_load_all(text) if o)
+    return objects, out
+
+
+def find(objects, kind, name=None):
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return found
+
+
+def one(objects, kind, name=None):
+    found = find(objects, kind, name)
+    assert len(found) == 1, f"{kind} {name}: {[o['metadata']['name'] for o in found]}"
+    return found[0]
+
+
+def container(pod_spec, name):
+    return next(c for c in pod_spec["containers"] if c["name"] == name)
+
+
+def arg_after(args, flag):
+    return args[args.index(flag) + 1]
+
+
+EVERYTHING = {
+    "pools": {
+        "docker": {"docker": {"mode": "dind"}},
+        "process": {"enabled": True},
+        "emulator": {"enabled": True, "emulator": {"avd": "Pixel_6_API_33"}},
+    },
+    "backbones": {"apiKeys": [{"env": "OPENAI_API_KEY", "secretName": "openai", "secretKey": "api-key"}]},
+    "nightly": {"enabled": True, "sweep": 'name = "nightly"\ndatasets = ["swt-mini"]\n', "baselineRun": "run-1", "maxDropPp": 2},
+    "networkPolicy": {"clients": [{"namespaceSelector": {"matchLabels": {"team": "agents"}}}]},
+}
+
+COMBINATIONS = {
+    "defaults": {},
+    "everything": EVERYTHING,
+    "pools-off": {"pools": {p: {"enabled": False} for p in ["docker", "process", "sim", "emulator"]}, "networkPolicy": {"enabled": False}},
+    "existing-secret": {"token": {"existingSecret": "team-token", "key": "join"}},
+}
+
+
+def test_lint_is_clean_in_strict_mode():
+    report = helm.lint(str(CHART), strict=True)
+    assert report["errors"] == []
+    # Severity 1 is information ("icon is recommended"); warnings and errors fail.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("combination", sorted(COMBINATIONS))
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_every_rendered_object_is_valid_kubernetes(combination, kube_version):
+    objects, _ = render(COMBINATIONS[combination])
+    assert objects
+    for o in objects:
+        kubernetes_validate.validate(o, kube_version, strict=True)
+
+
+def test_the_coordinator_is_one_replica_on_a_read_write_once_volume():
+    objects, _ = render()
+    sts = one(objects, "StatefulSet")
+    assert sts["spec"]["replicas"] == 1
+    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["accessModes"] == ["ReadWriteOnce"]
+    pod = sts["spec"]["template"]["spec"]
+    c = container(pod, "coordinator")
+    assert c["args"][0] == "serve"
+    assert arg_after(c["args"], "--data") == "/data"
+    assert c["readinessProbe"]["tcpSocket"]["port"] == "grpc"
+    assert c["livenessProbe"]["tcpSocket"]["port"] == "grpc"
+    svc = one(objects, "Service")
+    assert svc["spec"]["ports"][0]["port"] == 7077
+    assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+
+
+def test_the_token_secret_is_generated_and_kept_or_the_users():
+    objects, _ = render()
+    secret = one(objects, "Secret")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert len(secret["data"]["token"]) > 60
+    for o in find(objects, "StatefulSet") + find(objects, "Deployment"):
+        vols = {v["name"]: v for v in o["spec"]["template"]["spec"]["volumes"]}
+        assert vols["token"]["secret"]["secretName"] == secret["metadata"]["name"]
+
+    objects, _ = render(COMBINATIONS["existing-secret"])
+    assert find(objects, "Secret") == []
+    for o in find(objects, "StatefulSet") + find(objects, "Deployment"):
+        spec = o["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in spec["volumes"]}
+        assert vols["token"]["secret"]["secretName"] == "team-token"
+        assert vols["token"]["secret"]["items"] == [{"key": "join", "path": "join"}]
+        args = spec["containers"][0]["args"]
+        assert arg_after(args, "--token-file") == "/var/run/reprobench/token/join"
+
+
+def test_pools_are_one_deployment_each_with_their_slots_and_drain_time():
+    objects, _ = render()
+    names = sorted(d["metadata"]["name"] for d in find(objects, "Deployment"))
+    assert names == ["rb-reprobench-node-docker", "rb-reprobench-node-sim"]
+    docker = one(objects, "Deployment", "rb-reprobench-node-docker")["spec"]["template"]["spec"]
+    node = container(docker, "node")
+    assert arg_after(node["args"], "--slots") == "docker=2"
+    assert arg_after(node["args"], "--coordinator") == "http://rb-reprobench-coordinator:7077"
+    assert docker["terminationGracePeriodSeconds"] == 600 + 30
+    # hostSocket: the host engine's socket, and a scratch directory at the same path on both sides.
+    vols = {v["name"]: v for v in docker["volumes"]}
+    assert vols["docker-socket"]["hostPath"]["path"] == "/var/run/docker.sock"
+    env = {e["name"]: e.get("value") for e in node["env"]}
+    assert vols["scratch"]["hostPath"]["path"] == env["TMPDIR"]
+    assert [c["name"] for c in docker["containers"]] == ["node"]
+
+    objects, _ = render(COMBINATIONS["pools-off"])
+    assert find(objects, "Deployment") == []
+    assert find(objects, "NetworkPolicy") == []
+    assert len(find(objects, "StatefulSet")) == 1
+
+
+def test_docker_in_docker_is_a_privileged_sidecar_the_node_reaches_on_loopback():
+    objects, _ = render(EVERYTHING)
+    pod = one(objects, "Deployment", "rb-reprobench-node-docker")["spec"]["template"]["spec"]
+    dind = container(pod, "dind")
+    assert dind["securityContext"] == {"privileged": True}
+    node = container(pod, "node")
+    env = {e["name"]: e.get("value") for e in node["env"]}
+    assert env["DOCKER_HOST"] == "tcp://127.0.0.1:2375"
+    assert "docker-socket" not in {v["name"] for v in pod["volumes"]}
+    scratch = {m["name"]: m["mountPath"] for m in dind["volumeMounts"]}["scratch"]
+    assert scratch == env["TMPDIR"] == {m["name"]: m["mountPath"] for m in node["volumeMounts"]}["scratch"]
+    assert "privileged" not in node.get("securityContext", {})
+
+
+def test_emulator_pods_request_the_device_resource_and_are_privileged_only_if_asked():
+    objects, _ = render(EVERYTHING)
+    pod = one(objects, "Deployment", "rb-reprobench-node-emulator")["spec"]["template"]["spec"]
+    node = container(pod, "node")
+    assert node["resources"]["limits"] == {"devices.kubevirt.io/kvm": 1}
+    assert arg_after(node["args"], "--avd") == "Pixel_6_API_33"
+    assert "securityContext" not in node
+    asked = copy.deepcopy(EVERYTHING)
+    asked["pools"]["emulator"]["emulator"].update({"privileged": True, "deviceResource": "example.com/kvm", "deviceCount": 2})
+    asked["pools"]["emulator"]["resources"] = {"limits": {"memory": "8Gi"}}
+    objects, _ = render(asked)
+    node = container(one(objects, "Deployment", "rb-reprobench-node-emulator")["spec"]["template"]["spec"], "node")
+    assert node["securityContext"] == {"privileged": True}
+    assert node["resources"]["limits"] == {"example.com/kvm": 2, "memory": "8Gi"}
+
+
+def test_an_emulator_pool_without_an_avd_is_refused_with_the_value_to_set():
+    values = {"pools": {"emulator": {"enabled": True}}}
+    with pytest.raises(Exception, match="pools.emulator.emulator.avd is required"):
+        render(values)
+
+
+def test_api_keys_come_only_from_the_secrets_named():
+    objects, _ = render(EVERYTHING)
+    for d in find(objects, "Deployment"):
+        env = {e["name"]: e for e in container(d["spec"]["template"]["spec"], "node")["env"]}
+        assert env["OPENAI_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "openai", "key": "api-key"}
+        assert "value" not in env["OPENAI_API_KEY"]
+
+
+def test_network_policies_admit_the_release_and_named_clients_only():
+    objects, _ = render(EVERYTHING)
+    coord = one(objects, "NetworkPolicy", "rb-reprobench-coordinator")
+    peers = coord["spec"]["ingress"][0]["from"]
+    assert peers[0]["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "rb"
+    assert peers[1] == {"namespaceSelector": {"matchLabels": {"team": "agents"}}}
+    nodes = one(objects, "NetworkPolicy", "rb-reprobench-nodes")
+    assert nodes["spec"]["ingress"] == []
+    assert set(nodes["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+
+
+def test_disruption_budgets_follow_the_pools_that_ask_for_them():
+    objects, _ = render(EVERYTHING)
+    pdbs = sorted(p["metadata"]["name"] for p in find(objects, "PodDisruptionBudget"))
+    # sim's is off by default.
+    assert pdbs == ["rb-reprobench-node-docker", "rb-reprobench-node-emulator", "rb-reprobench-node-process"]
+    for p in find(objects, "PodDisruptionBudget"):
+        assert p["apiVersion"] == "policy/v1"
+
+
+def test_the_nightly_job_submits_waits_and_compares_with_the_baseline():
+    objects, _ = render(EVERYTHING)
+    cron = one(objects, "CronJob")
+    assert cron["apiVersion"] == "batch/v1"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    job = cron["spec"]["jobTemplate"]["spec"]
+    assert job["backoffLimit"] == 0
+    config = one(objects, "ConfigMap")
+    script = config["data"]["nightly.sh"]
+    assert "reprobench run /etc/reprobench/nightly/sweep.toml" in script
+    assert 'reprobench results "run-1"' in script
+    assert "reprobench compare --results /tmp/new.jsonl --baseline /tmp/baseline.jsonl --max-drop 2" in script
+    assert config["data"]["sweep.toml"].startswith('name = "nightly"')
+    objects, _ = render()
+    assert find(objects, "CronJob") == []
+
+
+def test_the_schema_rejects_mistyped_values():
+    for bad in [
+        {"pools": {"docker": {"slots": {"dockr": 1}}}},
+        {"coordinator": {"prot": 7077}},
+        {"pools": {"docker": {"docker": {"mode": "socket"}}}},
+        {"backbones": {"apiKeys": [{"env": "OPENAI_API_KEY", "secretName": "openai"}]}},
+    ]:
+        with pytest.raises(Exception):
+            render(bad)
