@@ -86,8 +86,27 @@ pub enum Command {
     },
     /// WatchRun.
     Watch { run_id: String, tx: WatchSender },
+    /// A node is gone for good (Kubernetes deleted its pod, or the pod failed): its attempts are
+    /// released at once, as an expired lease would be (same fencing: a later result of the old
+    /// epoch is refused), instead of after the lease timeout.
+    NodeGone { node_id: String, reason: String },
+    /// Pending and leased tasks per executor kind (what autoscalers read).
+    Counts {
+        reply: oneshot::Sender<Vec<KindCounts>>,
+    },
     /// Stop the core (after committing what it has).
     Shutdown,
+}
+
+/// Tasks of one executor kind waiting for a slot and holding one.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct KindCounts {
+    /// Executor kind.
+    pub kind: String,
+    /// Tasks waiting for a slot.
+    pub pending: u64,
+    /// Tasks leased to a node.
+    pub running: u64,
 }
 
 /// A cloneable handle to send commands to the core.
@@ -486,8 +505,95 @@ impl Core {
                 }
                 Ok(())
             }
+            Command::NodeGone { node_id, reason } => self.node_gone(&node_id, &reason),
+            Command::Counts { reply } => {
+                let counts = self.kind_counts();
+                self.reply(reply, counts);
+                Ok(())
+            }
             Command::Shutdown => Ok(()),
         }
+    }
+
+    fn kind_counts(&self) -> Vec<KindCounts> {
+        let mut by_kind: std::collections::BTreeMap<&str, KindCounts> = Default::default();
+        for t in self.tasks.values() {
+            let (pending, running) = match t.state {
+                TaskState::Pending => (1, 0),
+                TaskState::Leased => (0, 1),
+                _ => continue,
+            };
+            let c = by_kind.entry(&t.kind).or_insert_with(|| KindCounts {
+                kind: t.kind.to_string(),
+                ..KindCounts::default()
+            });
+            c.pending += pending;
+            c.running += running;
+        }
+        // Kinds the nodes offer appear even with nothing to do (a scaler reads zeros, not gaps).
+        for node in &self.nodes {
+            for (kind, _) in &node.slots {
+                by_kind
+                    .entry(kind.as_str())
+                    .or_insert_with(|| KindCounts {
+                        kind: kind.clone(),
+                        ..KindCounts::default()
+                    });
+            }
+        }
+        by_kind.into_values().collect()
+    }
+
+    fn node_gone(&mut self, node_id: &str, reason: &str) -> Result<(), StoreError> {
+        let Some(&n) = self.node_index.get(node_id) else {
+            return Ok(());
+        };
+        // No more grants; should it still be connected, the revokes tell it, and fencing refuses
+        // its late results. A new pod of the same name connects anew.
+        self.nodes[n as usize].credits.clear();
+        self.leave_sched(n);
+        let held: Vec<(TaskId, u64)> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| l.node == n)
+            .map(|(t, l)| (*t, l.epoch))
+            .collect();
+        if !held.is_empty() {
+            tracing::warn!(node = %node_id, attempts = held.len(), %reason, "node gone; releasing its leases now");
+        }
+        for (task, epoch) in held {
+            let why = format!("{reason}; the attempt is requeued without waiting for its lease");
+            self.release_lease(task, n, epoch, "node_gone", why)?;
+        }
+        Ok(())
+    }
+
+    /// Ends the attempt `epoch` of `task` that node `n` held (`status` in the store), tells the
+    /// node in case it still listens, and retries the task or closes it at the bound.
+    fn release_lease(
+        &mut self,
+        task: TaskId,
+        n: NodeIdx,
+        epoch: u64,
+        status: &str,
+        reason: String,
+    ) -> Result<(), StoreError> {
+        self.leases.remove(&task);
+        let node_id = self.nodes[n as usize].id.clone();
+        self.store
+            .end_attempt(task, epoch, status, Some(&reason), now_ms())?;
+        let attempt = Some(AttemptRef {
+            task_id: task,
+            epoch,
+        });
+        self.send_to_node(
+            n,
+            coordinator_message::Body::Revoke(Revoke {
+                attempt,
+                reason: reason.clone(),
+            }),
+        );
+        self.infra_failure(task, status, reason, &node_id)
     }
 
     fn register(
@@ -1042,27 +1148,13 @@ impl Core {
             .map(|(t, l)| (*t, l.node, l.epoch))
             .collect();
         for (task, n, epoch) in expired {
-            self.leases.remove(&task);
-            let node_id = self.nodes[n as usize].id.clone();
+            let node_id = &self.nodes[n as usize].id;
             let reason = format!(
                 "lease expired: no heartbeat from {node_id} for {} ms",
                 self.cfg.lease_ms
             );
             tracing::warn!(task, epoch, node = %node_id, "lease expired; requeueing");
-            self.store
-                .end_attempt(task, epoch, "lease_expired", Some(&reason), now_ms())?;
-            let attempt = Some(AttemptRef {
-                task_id: task,
-                epoch,
-            });
-            self.send_to_node(
-                n,
-                coordinator_message::Body::Revoke(Revoke {
-                    attempt,
-                    reason: reason.clone(),
-                }),
-            );
-            self.infra_failure(task, "lease_expired", reason, &node_id)?;
+            self.release_lease(task, n, epoch, "lease_expired", reason)?;
         }
         Ok(())
     }
@@ -1509,6 +1601,55 @@ mod tests {
         assert!(h.ack().accepted);
         let s = h.summary(&run);
         assert_eq!((s.state.as_str(), s.errored), ("finished", 1), "{s:?}");
+    }
+
+    #[test]
+    fn a_gone_node_s_leases_are_released_at_once_and_its_old_results_refused() {
+        // A lease far longer than the test: only NodeGone can release it.
+        let mut h = Harness::new(600_000);
+        let run = h.submit("synthetic:2:1", 3);
+        let g1 = h.grant();
+        let counts = ask(&h.core, |reply| Command::Counts { reply });
+        assert_eq!(
+            counts,
+            vec![KindCounts {
+                kind: "synthetic".into(),
+                pending: 1,
+                running: 1
+            }]
+        );
+        h.core
+            .send(Command::NodeGone {
+                node_id: "n".into(),
+                reason: "node pod n was deleted".into(),
+            })
+            .unwrap();
+        match h.next() {
+            coordinator_message::Body::Revoke(r) => {
+                assert_eq!(r.attempt, g1.attempt);
+                assert!(r.reason.contains("node pod n was deleted"), "{}", r.reason);
+            }
+            other => panic!("expected a revoke, got {other:?}"),
+        }
+        let s = h.summary(&run);
+        assert_eq!(
+            (s.pending, s.running, s.retried_attempts),
+            (2, 0, 1),
+            "{s:?}"
+        );
+        let counts = ask(&h.core, |reply| Command::Counts { reply });
+        assert_eq!((counts[0].pending, counts[0].running), (2, 0));
+        // The released epoch's result, arriving late, is not recorded.
+        h.send(result(g1.attempt, outcome(true, FailureClass::None)));
+        assert!(!h.ack().accepted);
+        // An unknown node is no error.
+        h.core
+            .send(Command::NodeGone {
+                node_id: "never-seen".into(),
+                reason: "x".into(),
+            })
+            .unwrap();
+        assert_eq!(h.summary(&run).pending, 2);
     }
 
     #[test]
