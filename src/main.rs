@@ -491,6 +491,33 @@ struct ServeArgs {
     /// How often nodes heartbeat (busy or idle).
     #[arg(long, value_name = "MS", default_value_t = 3_000)]
     heartbeat_ms: u64,
+    /// Serve pending and running task counts per executor kind over HTTP on this address:
+    /// Prometheus text at /metrics, KEDA's metrics-api JSON at /keda?kinds=KIND,... (no token).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+    /// Run inside Kubernetes (the Helm chart sets it): watch this release's node pods and release
+    /// a deleted or failed pod's leases at once. Uses the pod's service account.
+    #[arg(long)]
+    kubernetes: bool,
+    /// Label selector of the node pods to watch.
+    #[arg(
+        long,
+        value_name = "SELECTOR",
+        default_value = "app.kubernetes.io/component=node",
+        requires = "kubernetes"
+    )]
+    node_pod_selector: String,
+    /// Namespace of the node pods [default: the service account's namespace].
+    #[arg(long, value_name = "NS", requires = "kubernetes")]
+    namespace: Option<String>,
+    /// A pool the built-in scaler sizes (for clusters without KEDA; KEDA is the documented way):
+    /// DEPLOYMENT:KIND[+KIND...]:SLOTS:MIN:MAX, repeatable; replicas cover the kinds' pending and
+    /// running tasks at SLOTS per pod.
+    #[arg(long = "scale", value_name = "POOL", requires = "kubernetes")]
+    scale: Vec<reprobench_coordinator::kubernetes::ScaledPool>,
+    /// How long demand must stay lower before the built-in scaler removes pods.
+    #[arg(long, value_name = "S", default_value_t = 300)]
+    scale_down_delay_s: u64,
 }
 
 #[derive(Args)]
@@ -513,6 +540,11 @@ struct NodeArgs {
     /// On SIGTERM, wait this long for running attempts before handing them back.
     #[arg(long, value_name = "S", default_value_t = 600)]
     drain_timeout_s: u64,
+    /// Run as a Kubernetes pod (the Helm chart sets it): keep this pod's
+    /// controller.kubernetes.io/pod-deletion-cost at its running attempts, so a scale-in removes
+    /// idle pods first. The pod is POD_NAME in POD_NAMESPACE (the downward API).
+    #[arg(long)]
+    kubernetes: bool,
     #[command(flatten)]
     swt: SwtNodeArgs,
 }
@@ -719,6 +751,44 @@ async fn serve(a: ServeArgs) -> Result<()> {
         a.data.display(),
         coordinator.token_file.display()
     );
+    if let Some(addr) = a.metrics_listen {
+        let bound = reprobench_coordinator::metrics::serve(addr, coordinator.core())
+            .await
+            .with_context(|| format!("serving metrics on --metrics-listen {addr}"))?;
+        eprintln!("task counts for autoscalers on http://{bound}/metrics and /keda");
+    }
+    if a.kubernetes {
+        use reprobench_coordinator::kubernetes;
+        let client = kube::Client::try_default().await.context(
+            "--kubernetes: cannot reach the Kubernetes API with this pod's service account (or ~/.kube/config)",
+        )?;
+        let namespace = a
+            .namespace
+            .clone()
+            .unwrap_or_else(|| client.default_namespace().to_string());
+        let (c, ns, selector, core) = (
+            client.clone(),
+            namespace.clone(),
+            a.node_pod_selector.clone(),
+            coordinator.core(),
+        );
+        tokio::spawn(async move { kubernetes::watch_node_pods(c, &ns, &selector, core).await });
+        if !a.scale.is_empty() {
+            let (pools, core) = (a.scale.clone(), coordinator.core());
+            let delay = Duration::from_secs(a.scale_down_delay_s);
+            tokio::spawn(async move {
+                kubernetes::run_scaler(
+                    client,
+                    &namespace,
+                    pools,
+                    Duration::from_secs(15),
+                    delay,
+                    core,
+                )
+                .await
+            });
+        }
+    }
     let mut stop = reprobench_agent_node::runtime::stop_signals();
     stop.recv().await;
     eprintln!("stopping the coordinator; runs resume when it starts again on the same --data");
@@ -745,7 +815,35 @@ async fn node(a: NodeArgs) -> Result<()> {
         drain_timeout: Duration::from_secs(a.drain_timeout_s),
         max_backoff: Duration::from_secs(5),
         swt: a.swt.settings(),
+        running_count: None,
     };
+    let mut cfg = cfg;
+    if a.kubernetes {
+        let var = |name: &str| {
+            std::env::var(name).map_err(|_| {
+                anyhow::anyhow!(
+                    "--kubernetes: {name} is not set; give the pod `env: - name: {name}, valueFrom: fieldRef: fieldPath: metadata.{}` (the Helm chart does)",
+                    if name == "POD_NAME" { "name" } else { "namespace" }
+                )
+            })
+        };
+        let (pod, namespace) = (var("POD_NAME")?, var("POD_NAMESPACE")?);
+        let client = kube::Client::try_default().await.context(
+            "--kubernetes: cannot reach the Kubernetes API with this pod's service account",
+        )?;
+        let (tx, rx) = tokio::sync::watch::channel(0usize);
+        cfg.running_count = Some(std::sync::Arc::new(tx));
+        tokio::spawn(async move {
+            reprobench_agent_node::kubernetes::keep_deletion_cost(
+                client,
+                &namespace,
+                &pod,
+                rx,
+                Duration::from_secs(2),
+            )
+            .await
+        });
+    }
     reprobench_agent_node::run_node(cfg, reprobench_agent_node::runtime::stop_signals()).await?;
     Ok(())
 }

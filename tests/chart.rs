@@ -53,7 +53,13 @@ fn venv() -> Result<PathBuf, String> {
     )?;
     run(
         Command::new(dir.join("bin/python"))
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
             .args(PACKAGES),
         "pip install (needs PyPI)",
     )?;
@@ -88,5 +94,8 @@ fn the_chart_lints_renders_and_validates_with_real_helm() {
     );
     assert!(out.status.success(), "{text}");
     // pytest ran the chart's tests, not none of them.
-    assert!(text.contains(" passed") && !text.contains("no tests ran"), "{text}");
+    assert!(
+        text.contains(" passed") && !text.contains("no tests ran"),
+        "{text}"
+    );
 }

@@ -6,6 +6,7 @@ pub mod agents;
 pub mod android;
 pub mod executor;
 pub mod gateway;
+pub mod kubernetes;
 pub mod runtime;
 pub mod sandbox;
 pub mod swt;

@@ -116,6 +116,14 @@ pub struct CoreHandle {
 }
 
 impl CoreHandle {
+    /// A handle whose commands arrive on the returned receiver instead of a core (for tests of
+    /// what sends them).
+    #[cfg(test)]
+    pub(crate) fn channel() -> (CoreHandle, std_mpsc::Receiver<Command>) {
+        let (tx, rx) = std_mpsc::channel();
+        (CoreHandle { tx }, rx)
+    }
+
     /// Sends a command; fails when the core has stopped.
     pub fn send(&self, cmd: Command) -> Result<(), Status> {
         self.tx
@@ -533,12 +541,10 @@ impl Core {
         // Kinds the nodes offer appear even with nothing to do (a scaler reads zeros, not gaps).
         for node in &self.nodes {
             for (kind, _) in &node.slots {
-                by_kind
-                    .entry(kind.as_str())
-                    .or_insert_with(|| KindCounts {
-                        kind: kind.clone(),
-                        ..KindCounts::default()
-                    });
+                by_kind.entry(kind.as_str()).or_insert_with(|| KindCounts {
+                    kind: kind.clone(),
+                    ..KindCounts::default()
+                });
             }
         }
         by_kind.into_values().collect()

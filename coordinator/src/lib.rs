@@ -3,6 +3,8 @@
 //! meet only through `reprobench-proto`.
 
 pub mod core;
+pub mod kubernetes;
+pub mod metrics;
 pub mod review;
 pub mod scheduler;
 pub mod server;

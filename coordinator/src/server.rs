@@ -90,6 +90,11 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
+    /// A handle to the core, for what runs beside the gRPC services (metrics, Kubernetes).
+    pub fn core(&self) -> CoreHandle {
+        self.core.clone()
+    }
+
     /// Stops serving, lets the core commit its last batch, and returns.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {

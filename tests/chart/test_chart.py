@@ -48,7 +48,7 @@ def arg_after(args, flag):
 
 EVERYTHING = {
     "pools": {
-        "docker": {"docker": {"mode": "dind"}},
+        "docker": {"docker": {"mode": "dind"}, "autoscaling": {"enabled": True, "minReplicas": 1, "maxReplicas": 6}},
         "process": {"enabled": True},
         "emulator": {"enabled": True, "emulator": {"avd": "Pixel_6_API_33"}},
     },
@@ -62,7 +62,12 @@ COMBINATIONS = {
     "everything": EVERYTHING,
     "pools-off": {"pools": {p: {"enabled": False} for p in ["docker", "process", "sim", "emulator"]}, "networkPolicy": {"enabled": False}},
     "existing-secret": {"token": {"existingSecret": "team-token", "key": "join"}},
+    "builtin-scaler": {"autoscaling": {"engine": "builtin"}, "pools": {"docker": {"autoscaling": {"enabled": True, "maxReplicas": 3}}}},
+    "no-kubernetes-api": {"kubernetes": {"enabled": False}, "metrics": {"enabled": False}},
 }
+
+# Custom resources (KEDA's) have no schema in kubernetes-validate; their fields are checked below.
+CUSTOM = {"keda.sh/v1alpha1"}
 
 
 def test_lint_is_clean_in_strict_mode():
@@ -78,7 +83,8 @@ def test_every_rendered_object_is_valid_kubernetes(combination, kube_version):
     objects, _ = render(COMBINATIONS[combination])
     assert objects
     for o in objects:
-        kubernetes_validate.validate(o, kube_version, strict=True)
+        if o["apiVersion"] not in CUSTOM:
+            kubernetes_validate.validate(o, kube_version, strict=True)
 
 
 def test_the_coordinator_is_one_replica_on_a_read_write_once_volume():
@@ -230,3 +236,80 @@ def test_the_schema_rejects_mistyped_values():
     ]:
         with pytest.raises(Exception):
             render(bad)
+
+
+def rules_of(objects, role):
+    return one(objects, "Role", role)["rules"]
+
+
+def test_rbac_is_what_the_kubernetes_code_calls_and_no_more():
+    objects, _ = render()
+    assert rules_of(objects, "rb-reprobench-coordinator") == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    ]
+    assert rules_of(objects, "rb-reprobench-node") == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
+    ]
+    sts = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    assert sts["serviceAccountName"] == "rb-reprobench-coordinator"
+    args = container(sts, "coordinator")["args"]
+    assert "--kubernetes" in args
+    assert arg_after(args, "--node-pod-selector") == "app.kubernetes.io/instance=rb,app.kubernetes.io/component=node"
+    for d in find(objects, "Deployment"):
+        pod = d["spec"]["template"]["spec"]
+        assert pod["serviceAccountName"] == "rb-reprobench-node"
+        node = container(pod, "node")
+        assert "--kubernetes" in node["args"]
+        env = {e["name"]: e for e in node["env"]}
+        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+        assert arg_after(node["args"], "--name") == "$(POD_NAME)"
+    accounts = {a["metadata"]["name"]: a for a in find(objects, "ServiceAccount")}
+    assert all(a["automountServiceAccountToken"] is True for a in accounts.values())
+
+    # The built-in scaler adds the scale subresource, and nothing more.
+    objects, _ = render(COMBINATIONS["builtin-scaler"])
+    assert rules_of(objects, "rb-reprobench-coordinator")[1] == {
+        "apiGroups": ["apps"], "resources": ["deployments/scale"], "verbs": ["get", "patch"]
+    }
+    args = container(one(objects, "StatefulSet")["spec"]["template"]["spec"], "coordinator")["args"]
+    assert arg_after(args, "--scale") == "rb-reprobench-node-docker:docker:2:0:3"
+    assert arg_after(args, "--scale-down-delay-s") == "300"
+    assert find(objects, "ScaledObject") == []
+    # A scaled pool's replicas are the scaler's, not the chart's.
+    assert "replicas" not in one(objects, "Deployment", "rb-reprobench-node-docker")["spec"]
+
+    # Without the Kubernetes API: no roles, no tokens mounted, no flags.
+    objects, _ = render(COMBINATIONS["no-kubernetes-api"])
+    assert find(objects, "Role") == [] and find(objects, "RoleBinding") == []
+    assert all(a["automountServiceAccountToken"] is False for a in find(objects, "ServiceAccount"))
+    for o in find(objects, "StatefulSet") + find(objects, "Deployment"):
+        assert "--kubernetes" not in o["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert "--metrics-listen" not in o["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_keda_scales_a_pool_from_the_coordinator_counts_of_its_kinds():
+    objects, _ = render(EVERYTHING)
+    so = one(objects, "ScaledObject")
+    assert so["apiVersion"] == "keda.sh/v1alpha1"
+    assert so["metadata"]["name"] == so["spec"]["scaleTargetRef"]["name"] == "rb-reprobench-node-docker"
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 6)
+    trigger = so["spec"]["triggers"][0]
+    assert trigger["type"] == "metrics-api"
+    assert trigger["metadata"] == {
+        "url": "http://rb-reprobench-coordinator:9090/keda?kinds=docker",
+        "valueLocation": "demand",
+        "targetValue": "2",
+    }
+    assert "replicas" not in one(objects, "Deployment", "rb-reprobench-node-docker")["spec"]
+    # Only that pool scales; the others keep their replicas.
+    assert one(objects, "Deployment", "rb-reprobench-node-sim")["spec"]["replicas"] == 1
+    svc = one(objects, "Service")
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"grpc": 7077, "metrics": 9090}
+    # KEDA's namespace may read the metrics port, not the gRPC one.
+    coord = one(objects, "NetworkPolicy", "rb-reprobench-coordinator")["spec"]["ingress"]
+    metrics_rule = next(r for r in coord if r["ports"][0]["port"] == 9090)
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "keda"}}} in metrics_rule["from"]
+    grpc_rule = next(r for r in coord if r["ports"][0]["port"] == 7077)
+    assert all("keda" not in str(p) for p in grpc_rule["from"])
+    objects, _ = render()
+    assert find(objects, "ScaledObject") == []

@@ -58,3 +58,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
       - key: {{ include "reprobench.tokenKey" . }}
         path: {{ include "reprobench.tokenKey" . }}
 {{- end -}}
+
+{{/* A pool's Deployment name: (list $ poolName). */}}
+{{- define "reprobench.poolName" -}}
+{{- $ := index . 0 -}}
+{{- printf "%s-node-%s" (include "reprobench.fullname" $) (index . 1) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Slots of one pod of a pool: the sum over its kinds. */}}
+{{- define "reprobench.poolSlots" -}}
+{{- $sum := 0 -}}
+{{- range $kind, $n := .slots -}}{{- $sum = add $sum $n -}}{{- end -}}
+{{- $sum -}}
+{{- end -}}
