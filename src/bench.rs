@@ -970,39 +970,34 @@ fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Disk the engine's images use, each layer counted once (`docker system df`), in bytes.
 fn image_bytes() -> u64 {
     let out = std::process::Command::new("docker")
-        .args([
-            "image",
-            "ls",
-            "--filter",
-            "label=reprobench.layer",
-            "--format",
-            "{{.ID}}",
-        ])
+        .args(["system", "df", "--format", "{{.Type}}\t{{.Size}}"])
         .output();
-    let ids: Vec<String> = out
-        .map(|o| {
+    out.ok()
+        .and_then(|o| {
             String::from_utf8_lossy(&o.stdout)
                 .lines()
-                .map(str::to_string)
-                .collect()
+                .find_map(|l| l.strip_prefix("Images\t").and_then(human_bytes))
         })
-        .unwrap_or_default();
-    if ids.is_empty() {
-        return 0;
-    }
-    let out = std::process::Command::new("docker")
-        .args(["image", "inspect", "--format", "{{.Size}}"])
-        .args(&ids)
-        .output();
-    out.map(|o| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter_map(|l| l.trim().parse::<u64>().ok())
-            .sum()
-    })
-    .unwrap_or(0)
+        .unwrap_or(0)
+}
+
+/// Docker's human sizes (`815.4MB`, `1.2GB`, `0B`: powers of 1000) in bytes.
+fn human_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
+    let (number, unit) = s.split_at(split);
+    let factor: f64 = match unit {
+        "B" => 1.0,
+        "kB" | "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => return None,
+    };
+    Some((number.parse::<f64>().ok()? * factor).round() as u64)
 }
 
 /// `reprobench bench slice`: gold validation of the real slice's instances of some repositories
@@ -1179,7 +1174,9 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "wall_cold_1_node_s": wall_cold,
         "wall_warm_1_node_s": wall_warm_1,
         "wall_warm_2_nodes_s": wall_warm_2,
-        "environment_build_s": wall_cold - wall_warm_1,
+        // A resumed cold run (--work kept from before) built nothing now.
+        "cold_resumed": cold["resumed"],
+        "environment_build_s": if cold["resumed"] == true { serde_json::Value::Null } else { (wall_cold - wall_warm_1).into() },
         "wall_rerun_s": wall_again,
         "rerun_resumed": again["resumed"],
         "executions_per_instance_gold_cold": run_cold as f64 / instances.max(1) as f64,
@@ -1218,6 +1215,15 @@ fn finish_slice(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn docker_human_sizes_read_as_bytes() {
+        assert_eq!(human_bytes("815.4MB"), Some(815_400_000));
+        assert_eq!(human_bytes("1.2GB"), Some(1_200_000_000));
+        assert_eq!(human_bytes("0B"), Some(0));
+        assert_eq!(human_bytes("12kB"), Some(12_000));
+        assert_eq!(human_bytes("many"), None);
+    }
 
     #[test]
     fn official_agreement_compares_only_instances_with_an_official_verdict() {

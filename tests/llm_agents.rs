@@ -755,26 +755,9 @@ fn a_replayed_run_gets_the_same_answers_without_calling_the_backbone() {
     }
 }
 
-/// Whether the Docker engine and the base image are here; with `REPROBENCH_REQUIRE_DOCKER=1`
-/// their absence fails the test instead.
-fn docker_ready() -> bool {
-    let ok = Command::new("docker")
-        .args(["image", "inspect", "reprobench/python-base:bookworm"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("REPROBENCH_REQUIRE_DOCKER").as_deref() != Ok("1"),
-            "REPROBENCH_REQUIRE_DOCKER=1 but the Docker engine or the base image is missing: run `reprobench images bootstrap`"
-        );
-        eprintln!("skipped: no Docker engine or no base image (run `reprobench images bootstrap`)");
-    }
-    ok
-}
-
 #[test]
 fn an_external_agent_packaged_as_a_local_image_runs_unchanged_and_metered() {
-    if !docker_ready() {
+    if !common::docker_ready() {
         return;
     }
     let s = setup();

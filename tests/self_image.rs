@@ -5,26 +5,9 @@ mod common;
 
 use std::process::Command;
 
-fn docker_ready() -> bool {
-    let ok = Command::new("docker")
-        .args(["image", "inspect", "reprobench/python-base:bookworm"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("REPROBENCH_REQUIRE_DOCKER").as_deref() != Ok("1"),
-            "REPROBENCH_REQUIRE_DOCKER=1 but the Docker engine or the base image is missing: run `reprobench images bootstrap`"
-        );
-        eprintln!(
-            "skipped: no Docker engine or no reprobench/python-base:bookworm image (`reprobench images bootstrap` builds it)"
-        );
-    }
-    ok
-}
-
 #[test]
 fn the_self_image_runs_the_binary_with_its_bundled_datasets() {
-    if !docker_ready() {
+    if !common::docker_ready() {
         return;
     }
     let tag = format!("reprobench/reprobench:test-{}", std::process::id());

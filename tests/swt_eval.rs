@@ -162,18 +162,7 @@ fn gold_resolves_every_instance_with_the_process_executor() {
 
 #[test]
 fn gold_resolves_every_instance_with_the_docker_executor() {
-    let docker_ok = Command::new("docker")
-        .args(["image", "inspect", "reprobench/python-base:bookworm"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !docker_ok {
-        assert!(
-            std::env::var("REPROBENCH_REQUIRE_DOCKER").as_deref() != Ok("1"),
-            "REPROBENCH_REQUIRE_DOCKER=1 but the Docker engine or the base image is missing: run `reprobench images bootstrap`"
-        );
-        eprintln!(
-            "skipped: no Docker engine or no reprobench/python-base:bookworm image (`reprobench images bootstrap` builds it)"
-        );
+    if !common::docker_ready() {
         return;
     }
     let dir = scratch();

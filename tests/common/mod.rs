@@ -6,6 +6,25 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// Whether the Docker engine and the docker executor's base image are here; with
+/// `REPROBENCH_REQUIRE_DOCKER=1` (set by `.ci/run`) their absence fails the test instead.
+pub fn docker_ready() -> bool {
+    let ok = Command::new("docker")
+        .args(["image", "inspect", "reprobench/python-base:bookworm"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("REPROBENCH_REQUIRE_DOCKER").as_deref() != Ok("1"),
+            "REPROBENCH_REQUIRE_DOCKER=1 but the Docker engine or the base image is missing: run `reprobench images bootstrap`"
+        );
+        eprintln!(
+            "skipped: no Docker engine or no reprobench/python-base:bookworm image (`reprobench images bootstrap` builds it)"
+        );
+    }
+    ok
+}
+
 /// The binary under test.
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_reprobench")

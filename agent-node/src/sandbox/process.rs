@@ -859,11 +859,7 @@ mod tests {
     /// apt steps of a spec never run on the host: their packages must be there already.
     #[tokio::test]
     async fn system_package_steps_are_checked_on_the_host_not_run() {
-        if std::process::Command::new("dpkg-query")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
+        if !system_packages::dpkg_available() {
             eprintln!("skipped: no dpkg-query on this host");
             return;
         }
