@@ -14,12 +14,55 @@ pub(crate) mod python;
 pub mod system_packages;
 
 /// Prints, one per line and relative to the checkout given as its argument, the directories of
-/// the checkout that editable installs made importable (paths in `.pth` and `.egg-link` files,
-/// parents of what setuptools' editable finders map). Executions run in a copy of the checkout
-/// elsewhere; the copy's same directories go first on `PYTHONPATH`, so imports see the patched
-/// code. Python 3.5+, run with the environment's interpreter.
-pub(crate) const EDITABLE_ROOTS_PY: &str = r#"import os, re, sys, sysconfig
+/// the checkout that editable installs made importable: paths in `.pth` and `.egg-link` files,
+/// and for setuptools' editable finders the directory each mapped package sits in (its path with
+/// as many trailing components taken off as the dotted name has parts: `'a.b': '/ck/a/b'` gives
+/// `/ck`; a path that does not end with the name's parts cannot be put on `sys.path` and is
+/// left out). Executions run in a copy of the checkout elsewhere; the copy's same directories go
+/// first on `PYTHONPATH`, so imports see the patched code. A package's own directory there would
+/// shadow the standard library (sympy's `sympy/codegen/ast.py` over `ast`). Python 3.5+, run with
+/// the environment's interpreter.
+pub(crate) const EDITABLE_ROOTS_PY: &str = r#"import sys
+sys.path[:] = [p for p in sys.path if p]
+import ast, os, sysconfig
 root = sys.argv[1].rstrip('/')
+
+def package_dirs(text):
+    try:
+        tree = ast.parse(text)
+    except Exception:
+        return []
+    pairs = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif getattr(ast, 'AnnAssign', None) and isinstance(node, ast.AnnAssign):
+            targets, value = [node.target], node.value
+        else:
+            continue
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if not set(names) & set(['MAPPING', 'NAMESPACES']) or value is None:
+            continue
+        try:
+            table = ast.literal_eval(value)
+        except Exception:
+            continue
+        if not isinstance(table, dict):
+            continue
+        for key, paths in table.items():
+            if isinstance(paths, str):
+                paths = [paths]
+            for path in paths:
+                if isinstance(key, str) and isinstance(path, str):
+                    pairs.append((key, path))
+    dirs = []
+    for key, path in pairs:
+        parts = key.split('.')
+        tail = os.path.normpath(path).split(os.sep)
+        if len(tail) > len(parts) and tail[-len(parts):] == parts:
+            dirs.append(os.sep.join(tail[:-len(parts)]) or os.sep)
+    return dirs
+
 found = set()
 paths = sysconfig.get_paths()
 for d in set([paths['purelib'], paths['platlib']]):
@@ -34,7 +77,7 @@ for d in set([paths['purelib'], paths['platlib']]):
         except OSError:
             continue
         if finder:
-            cands = [os.path.dirname(s) for s in re.findall(r"['\"]([^'\"\n]+)['\"]", text)]
+            cands = package_dirs(text)
         else:
             cands = [line.strip() for line in text.splitlines()]
         for s in cands:
@@ -407,6 +450,90 @@ mod tests {
         assert_ne!(a.instance_key(), b.instance_key());
         b.packages.push("numpy".into());
         assert_ne!(a.env_key(), b.env_key());
+    }
+
+    /// Runs [`EDITABLE_ROOTS_PY`] in a fresh venv of the host's `python3` whose site-packages
+    /// holds `files`; `None` when this machine has no `python3` with `venv`.
+    fn editable_roots_of(
+        checkout: &std::path::Path,
+        files: &[(&str, String)],
+    ) -> Option<Vec<String>> {
+        let tmp = tempfile::tempdir().unwrap();
+        let venv = tmp.path().join("venv");
+        let made = std::process::Command::new("python3")
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv)
+            .status()
+            .ok()?;
+        if !made.success() {
+            return None;
+        }
+        let site = std::process::Command::new(venv.join("bin/python"))
+            .args([
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ])
+            .output()
+            .unwrap();
+        let site = std::path::PathBuf::from(String::from_utf8(site.stdout).unwrap().trim());
+        for (name, text) in files {
+            std::fs::write(site.join(name), text).unwrap();
+        }
+        let out = std::process::Command::new(venv.join("bin/python"))
+            .args(["-c", EDITABLE_ROOTS_PY])
+            .arg(checkout)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn editable_finders_give_the_directory_a_package_sits_in_never_the_package_itself() {
+        // setuptools' finder as sympy's editable install writes it: namespace packages (test
+        // directories without __init__.py) map to their own directories. Putting
+        // `sympy/codegen` on sys.path made `import ast` load sympy/codegen/ast.py.
+        let ck = "/ck/sympy-1.12";
+        let finder = format!(
+            "import sys\nMAPPING: dict[str, str] = {{'sympy': '{ck}/sympy'}}\n\
+             NAMESPACES: dict[str, list[str]] = {{'sympy.codegen.tests': ['{ck}/sympy/codegen/tests'], \
+             'sympy.parsing.autolev._antlr': ['{ck}/sympy/parsing/autolev/_antlr']}}\n\
+             PATH_PLACEHOLDER = '__editable__.sympy-1.12.finder' + \".__path_hook__\"\n"
+        );
+        let Some(roots) = editable_roots_of(
+            ck.as_ref(),
+            &[("__editable___sympy_1_12_finder.py", finder)],
+        ) else {
+            eprintln!("skipped: no python3 with venv here");
+            return;
+        };
+        assert_eq!(roots, vec!["."], "only the checkout's root");
+
+        // A src layout, an older finder without annotations, a name that does not match its
+        // directory (no sys.path entry can make it importable), a .pth and an .egg-link.
+        let finder = format!(
+            "MAPPING = {{'pkg': '{ck}/src/pkg', 'other': '{ck}/lib/renamed'}}\nNAMESPACES = {{}}\n"
+        );
+        let roots = editable_roots_of(
+            ck.as_ref(),
+            &[
+                ("__editable___pkg_0_1_finder.py", finder),
+                ("legacy.pth", format!("{ck}/tools\nimport os\n/elsewhere\n")),
+                ("old.egg-link", format!("{ck}\n.\n")),
+            ],
+        )
+        .unwrap();
+        assert_eq!(roots, vec![".", "src", "tools"]);
     }
 
     #[test]
