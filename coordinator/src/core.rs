@@ -554,9 +554,11 @@ impl Core {
         let Some(&n) = self.node_index.get(node_id) else {
             return Ok(());
         };
-        // No more grants; should it still be connected, the revokes tell it, and fencing refuses
-        // its late results. A new pod of the same name connects anew.
+        // No more grants, even for credits it still sends while it dies (it counts as draining
+        // until it connects anew: a new pod of the same name does); should it still be
+        // connected, the revokes tell it, and fencing refuses its late results.
         self.nodes[n as usize].credits.clear();
+        self.nodes[n as usize].draining = true;
         self.leave_sched(n);
         let held: Vec<(TaskId, u64)> = self
             .leases
@@ -1656,6 +1658,41 @@ mod tests {
             })
             .unwrap();
         assert_eq!(h.summary(&run).pending, 2);
+
+        // The gone node, still connected for a moment, asks for more work: it gets none.
+        h.send(node_message::Body::Credit(Credit {
+            kind: "synthetic".into(),
+            slots: 1,
+        }));
+        assert_eq!(h.summary(&run).pending, 2);
+        while let Ok(m) = h.out.try_recv() {
+            let body = m.unwrap().body.unwrap();
+            assert!(
+                !matches!(body, coordinator_message::Body::Grant(_)),
+                "a gone node was granted work: {body:?}"
+            );
+        }
+        // A new pod of the same name connects anew and is given work.
+        let (tx, out) = mpsc::unbounded_channel();
+        h.out = out;
+        let hello = Hello {
+            node_id: "n".into(),
+            free: vec![SlotCount {
+                kind: "synthetic".into(),
+                slots: 1,
+            }],
+            ..Default::default()
+        };
+        h.core
+            .send(Command::Connect {
+                node_id: "n".into(),
+                conn: 2,
+                hello,
+                out: tx,
+            })
+            .unwrap();
+        let g = h.grant();
+        assert_eq!(g.run_id, run);
     }
 
     #[test]

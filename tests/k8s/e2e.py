@@ -262,6 +262,8 @@ def main():
     ap.add_argument("--image", required=True, help="the image `reprobench images self` built")
     ap.add_argument("--tasks", type=int, default=240, help="synthetic tasks in the sweep")
     ap.add_argument("--mean-ms", type=int, default=400, help="mean duration of a synthetic task")
+    ap.add_argument("--no-swt-mini", dest="swt_mini", action="store_false",
+                    help="skip swt-mini's gold on a docker pool in the cluster")
     ap.add_argument("--json", action="store_true", help="print one JSON object last")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     a = ap.parse_args()
@@ -287,12 +289,20 @@ def main():
                      "persistentVolumeReclaimPolicy": "Delete", "hostPath": {"path": str(pv)}}}))
         cluster.kubectl("apply", "-f", str(pathlib.Path(work) / "pv.json"))
 
+        # swt-mini's mirrors for the docker pool, on a host path its pods mount read-only.
+        repos = pathlib.Path(work) / "repos"
+        if a.swt_mini:
+            reprobench(a.reprobench, "datasets", "prepare", "swt-mini", "--repos", str(repos))
         repo, _, tag = a.image.rpartition(":")
         values = {
             "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
             "coordinator": {"persistence": {"size": "1Gi"}},
             "pools": {
-                "docker": {"enabled": False},
+                # The host's engine through its socket; input files under a host path.
+                "docker": {"enabled": a.swt_mini, "replicas": 1, "slots": {"docker": 2},
+                           "repos": {"hostPath": str(repos)},
+                           "docker": {"scratchPath": str(pathlib.Path(work) / "scratch")},
+                           "drainTimeoutS": 30},
                 "sim": {"enabled": True, "replicas": 2, "slots": {"synthetic": 2},
                         "drainTimeoutS": 30, "podDisruptionBudget": {"enabled": False}},
             },
@@ -307,7 +317,9 @@ def main():
             raise
         pods = cluster.get_json("pods", "-n", NAMESPACE, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
         coordinator = next(p for p in pods if p["metadata"]["labels"].get("app.kubernetes.io/component") == "coordinator")
-        nodes = [p["metadata"]["name"] for p in pods if p["metadata"]["labels"].get("app.kubernetes.io/component") == "node"]
+        nodes = [p["metadata"]["name"] for p in pods
+                 if p["metadata"]["labels"].get("app.kubernetes.io/component") == "node"
+                 and p["metadata"]["labels"].get("reprobench.dev/pool") == "sim"]
         url = f"http://{coordinator['status']['podIP']}:7077"
         secret = next(s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
                       if s["metadata"]["name"].endswith("-token") and s["metadata"]["name"].startswith(RELEASE))
@@ -341,6 +353,14 @@ def main():
         gone = [t for t in store["attempts"] if t["status"] == "node_gone"]
         late_rejected = sum(1 for t in store["attempts"] if t.get("late_result_rejected_at_ms"))
 
+        swt = None
+        if a.swt_mini:
+            log("swt-mini's gold on the docker pool (the host's engine through the pod's socket)")
+            swt = json.loads(reprobench(a.reprobench, "eval", "--dataset", "swt-mini", "--predictions", "gold",
+                                        "--executor", "docker", *target, "--out", str(pathlib.Path(work) / "reports"),
+                                        "--json").strip().splitlines()[-1])
+            log(f"swt-mini gold: {json.dumps(swt)}")
+
         log("upgrading the release (same values): the join token must stay")
         config.upgrade(str(CHART), RELEASE, values, timeout=300, wait="watcher")
         secret_after = next(s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
@@ -361,6 +381,8 @@ def main():
             "late_results_rejected": late_rejected,
             "token_kept_on_upgrade": secret_after["data"]["token"] == secret["data"]["token"],
             "node_pods_after": len(pods_after),
+            "swt_mini_gold": None if swt is None else {
+                k: swt.get(k) for k in ["total", "completed", "resolved", "errors", "mean_coverage_delta", "wall_s"]},
             "kubelet": True,
             "server_version": version,
             "wall_s": round(time.monotonic() - started, 1),
@@ -373,6 +395,8 @@ def main():
         if not gone or any(victim not in t["reason"] for t in gone):
             problems.append("the killed pod's attempts were not released by the pod watch: "
                             + json.dumps(gone))
+        if swt is not None and not (swt["resolved"] == swt["total"] > 0):
+            problems.append(f"swt-mini gold on the docker pool: {json.dumps(swt)}")
         if not result["token_kept_on_upgrade"]:
             problems.append("helm upgrade replaced the join token")
         ok = not problems
