@@ -1181,17 +1181,24 @@ impl Core {
             let hungry: Vec<NodeIdx> = self.hungry.iter().copied().collect();
             for n in hungry {
                 let node = &self.nodes[n as usize];
-                let kind = node
+                // Every kind it has a free slot of, in a fixed order: a node offering several
+                // kinds gets work of any of them, not only of the one it happens to list first.
+                let mut kinds: Vec<String> = node
                     .credits
                     .iter()
-                    .find(|(_, c)| **c > 0)
-                    .map(|(k, _)| k.clone());
-                let (Some(kind), true) = (kind, node.in_sched) else {
+                    .filter(|(_, c)| **c > 0)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                kinds.sort();
+                if kinds.is_empty() || !node.in_sched {
                     self.hungry.remove(&n);
                     continue;
-                };
-                match self.sched.next_for(n, &kind) {
-                    Some(pick) => {
+                }
+                let picked = kinds
+                    .into_iter()
+                    .find_map(|kind| self.sched.next_for(n, &kind).map(|pick| (kind, pick)));
+                match picked {
+                    Some((kind, pick)) => {
                         *self.nodes[n as usize]
                             .credits
                             .get_mut(&kind)
@@ -1199,15 +1206,9 @@ impl Core {
                         self.grant(n, pick.task)?;
                         granted_any = true;
                     }
+                    // Nothing of its kinds for it now; it keeps its credits for later work.
                     None => {
-                        // Nothing of this kind for this node now; it keeps its credit for later.
-                        let more = self.nodes[n as usize]
-                            .credits
-                            .iter()
-                            .any(|(k, c)| *c > 0 && *k != kind);
-                        if !more {
-                            self.hungry.remove(&n);
-                        }
+                        self.hungry.remove(&n);
                     }
                 }
             }
@@ -1424,6 +1425,19 @@ mod tests {
 
     impl Harness {
         fn new(lease_ms: u64) -> Harness {
+            Harness::with_slots(lease_ms, &[("synthetic", 4)], &[("synthetic", 1)])
+        }
+
+        /// A node `n` registered with `registered` slots whose hello offers `free` of them.
+        fn with_slots(lease_ms: u64, registered: &[(&str, u32)], free: &[(&str, u32)]) -> Harness {
+            let slots = |list: &[(&str, u32)]| -> Vec<SlotCount> {
+                list.iter()
+                    .map(|(kind, slots)| SlotCount {
+                        kind: kind.to_string(),
+                        slots: *slots,
+                    })
+                    .collect()
+            };
             let dir = tempfile::tempdir().unwrap();
             let store = Store::open(dir.path()).unwrap();
             let cfg = CoreConfig {
@@ -1436,20 +1450,14 @@ mod tests {
                 protocol_version: reprobench_proto::PROTOCOL_VERSION,
                 node_id: "n".into(),
                 hostname: "h".into(),
-                slots: vec![SlotCount {
-                    kind: "synthetic".into(),
-                    slots: 4,
-                }],
+                slots: slots(registered),
                 binary_version: "t".into(),
             };
             ask(&core, |reply| Command::Register { req, reply }).unwrap();
             let (tx, out) = mpsc::unbounded_channel();
             let hello = Hello {
                 node_id: "n".into(),
-                free: vec![SlotCount {
-                    kind: "synthetic".into(),
-                    slots: 1,
-                }],
+                free: slots(free),
                 ..Default::default()
             };
             core.send(Command::Connect {
@@ -1609,6 +1617,30 @@ mod tests {
         assert!(h.ack().accepted);
         let s = h.summary(&run);
         assert_eq!((s.state.as_str(), s.errored), ("finished", 1), "{s:?}");
+    }
+
+    #[test]
+    fn a_node_offering_several_kinds_gets_work_of_whichever_kind_has_some() {
+        // Found on a real cluster: a pod offering sim and synthetic slots was never given
+        // synthetic work when its credits listed sim first (a HashMap's order), and a run
+        // stalled. Eleven kinds, work of one: listing order cannot hide it.
+        let kinds: Vec<String> = (0..10).map(|i| format!("kind{i}")).collect();
+        let mut offered: Vec<(&str, u32)> = kinds.iter().map(|k| (k.as_str(), 1)).collect();
+        offered.push(("synthetic", 1));
+        let mut h = Harness::with_slots(60_000, &offered, &offered);
+        let run = h.submit("synthetic:2:1", 3);
+        assert_eq!(h.summary(&run).running, 1, "one synthetic slot, one grant");
+        let g = h.grant();
+        assert_eq!(g.kind, "synthetic");
+        h.send(result(g.attempt, outcome(true, FailureClass::None)));
+        assert!(h.ack().accepted);
+        // Its synthetic credit comes back: the second task goes to it too.
+        h.send(node_message::Body::Credit(Credit {
+            kind: "synthetic".into(),
+            slots: 1,
+        }));
+        let g2 = h.grant();
+        assert_ne!(g2.attempt.unwrap().task_id, g.attempt.unwrap().task_id);
     }
 
     #[test]

@@ -147,7 +147,8 @@ class Cluster:
             "--service-account-signing-key-file", w / "sa.key",
             "--service-account-issuer", "https://kubernetes.default.svc",
             "--service-cluster-ip-range", "10.96.0.0/16",
-            "--authorization-mode", "RBAC,Node", "--allow-privileged=true"])
+            "--authorization-mode", "RBAC,Node", "--allow-privileged=true",
+            "--kubelet-preferred-address-types", "InternalIP"])
         wait_for("the API server to be ready",
                  lambda: self.alive("kube-apiserver") and self.kubectl("get", "--raw", "/readyz").strip() == "ok",
                  120)
@@ -251,6 +252,22 @@ def remove_kube_iptables_chains():
             subprocess.run(["iptables", "-t", table, "-X", chain], capture_output=True)
 
 
+def save_pod_logs(cluster, into):
+    """Every pod's log (and its previous container's) into files, for --keep."""
+    into.mkdir(exist_ok=True)
+    try:
+        for p in cluster.get_json("pods", "--all-namespaces")["items"]:
+            name, ns = p["metadata"]["name"], p["metadata"]["namespace"]
+            for previous in ["false", "true"]:
+                out = subprocess.run(["kubectl", "--kubeconfig", cluster.kubeconfig, "logs", name, "-n", ns,
+                                      f"--previous={previous}"], capture_output=True, text=True)
+                if out.stdout:
+                    suffix = ".previous" if previous == "true" else ""
+                    (into / f"{name}{suffix}.log").write_text(out.stdout)
+    except Exception as e:  # noqa: BLE001
+        log(f"(could not save the pods' logs: {e})")
+
+
 def reprobench(binary, *args):
     return run([binary, *args])
 
@@ -269,6 +286,8 @@ def main():
     a = ap.parse_args()
     import helm_python as helm
 
+    # SIGTERM (a CI timeout, kill) unwinds like Ctrl-C, so the cluster is always taken down.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     work = tempfile.mkdtemp(prefix="reprobench-k8s-e2e-", dir="/var/tmp")
     os.chmod(work, 0o755)
     cluster = Cluster(work, a.bin_dir)
@@ -390,6 +409,9 @@ def main():
         problems = []
         if not result["result_rows"] == result["tasks"] == a.tasks:
             problems.append(f"{result['result_rows']} result rows for {a.tasks} tasks")
+        idle = [n for n in nodes if n not in {r["node_id"] for r in rows}]
+        if idle:
+            problems.append(f"node pods that delivered no result: {idle}")
         if result["duplicated"]:
             problems.append(f"{result['duplicated']} duplicated result rows")
         if not gone or any(victim not in t["reason"] for t in gone):
@@ -419,6 +441,8 @@ def main():
             log(f"(could not read the pods: {e})")
         raise
     finally:
+        if a.keep:
+            save_pod_logs(cluster, pathlib.Path(work) / "pod-logs")
         cluster.down()
         if a.keep:
             log(f"kept {work}")

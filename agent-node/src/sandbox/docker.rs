@@ -37,24 +37,36 @@ mod run;
 pub use bootstrap::{BootstrapOptions, bootstrap_base_image};
 
 /// Builds reprobench's own image, `tag`, from the running binary over `base` (the base image of
-/// the docker executor, which has Python and git), with no registry; skips when `tag` exists
-/// unless `force`. Returns the tag.
+/// the docker executor, which has Python and git), with no registry; skips when `tag` already
+/// holds this very binary (its key label) unless `force`. Returns the tag.
 pub async fn build_self_image(base: &str, tag: &str, force: bool) -> Result<String, SandboxError> {
     let docker = connect_engine().await?;
-    if !force && find_image(&docker, tag).await?.is_some() {
-        eprintln!("images self: {tag} exists; nothing to do (pass --force to rebuild it)");
-        return Ok(tag.to_string());
+    let exe = std::env::current_exe()
+        .map_err(|e| SandboxError::Infra(format!("cannot find the running binary: {e}")))?;
+    let binary = std::fs::read(&exe)
+        .map_err(|e| SandboxError::Infra(format!("cannot read {}: {e}", exe.display())))?;
+    let layer = build::self_layer(base, binary, env!("CARGO_PKG_VERSION"));
+    if let Some(existing) = find_image(&docker, tag).await? {
+        let key = existing
+            .config
+            .as_ref()
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(KEY_LABEL));
+        if !force && key.map(String::as_str) == Some(layer.key()) {
+            eprintln!(
+                "images self: {tag} holds this binary; nothing to do (pass --force to rebuild it)"
+            );
+            return Ok(tag.to_string());
+        }
+        if !force {
+            eprintln!("images self: {tag} holds another build of reprobench; rebuilding it");
+        }
     }
     if find_image(&docker, base).await?.is_none() {
         return Err(SandboxError::Infra(format!(
             "the base image {base} is not in the engine: build it with `reprobench images bootstrap` (or pass --base IMAGE)"
         )));
     }
-    let exe = std::env::current_exe()
-        .map_err(|e| SandboxError::Infra(format!("cannot find the running binary: {e}")))?;
-    let binary = std::fs::read(&exe)
-        .map_err(|e| SandboxError::Infra(format!("cannot read {}: {e}", exe.display())))?;
-    let layer = build::self_layer(base, binary, env!("CARGO_PKG_VERSION"));
     let recipe = EnvRecipe {
         repo: "reprobench".into(),
         ..EnvRecipe::default()

@@ -83,6 +83,11 @@ impl Layer {
     /// The image tag of this layer in `repo`: its key, then a hash of what it is built from (the
     /// Dockerfile, with its parent, script and labels, and the context files attached so far).
     /// A changed build script or parent makes a new tag, never a stale image reused.
+    /// The content key the layer is labelled with.
+    pub(super) fn key(&self) -> &str {
+        self.labels.get(KEY_LABEL).map_or("", String::as_str)
+    }
+
     pub(super) fn tag(&self, repo: &str) -> String {
         let mut h = reprobench_proto::swt::Fnv::default();
         h.add(&self.dockerfile());
@@ -215,7 +220,10 @@ pub(super) fn python_layer(base: &str, key: String, exe: &str, version: &str) ->
 /// reprobench's own image (what a Kubernetes chart runs): `binary` at `/usr/local/bin/reprobench`
 /// over `base`, as the entrypoint, with the data and cache directories made.
 pub(super) fn self_layer(base: &str, binary: Vec<u8>, version: &str) -> Layer {
-    let mut l = Layer::new(base, "self", version.to_string());
+    // Keyed by the binary itself: a rebuilt binary of the same version makes a new image.
+    let mut h = reprobench_proto::swt::Fnv::default();
+    h.add_bytes(&binary);
+    let mut l = Layer::new(base, "self", format!("{version}-{:016x}", h.0));
     l.attach("reprobench", binary);
     l.step(
         "COPY reprobench /usr/local/bin/reprobench".into(),
