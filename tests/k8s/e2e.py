@@ -5,8 +5,10 @@ binaries; see there. Prints progress on stderr and, with --json, one JSON object
 The cluster: etcd (Debian's etcd-server), kube-apiserver, kube-controller-manager, kube-scheduler,
 kube-proxy (iptables) and a kubelet whose dockershim drives this machine's Docker engine; pods get
 Docker's bridge network. There is no CoreDNS: a dnsmasq on the bridge's gateway answers for the
-cluster's Services, from a hosts file this script keeps equal to the API's Services (the part of
-CoreDNS's job the chart needs: nodes reach the coordinator by its Service name).
+cluster's Services, from a hosts directory this script keeps equal to the API's Services (the part
+of CoreDNS's job the chart needs: nodes reach the coordinator by its Service name). dnsmasq reads
+that directory again by itself when a file in it changes (inotify); no signal is sent to it, since
+a SIGHUP that arrives before dnsmasq has set up its handlers kills it.
 """
 
 import argparse
@@ -17,6 +19,8 @@ import pathlib
 import shlex
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -66,7 +70,7 @@ class Cluster:
         self.bin = pathlib.Path(bindir)
         self.procs = {}
         self.kubeconfig = self.work / "kubeconfig"
-        self.hosts = self.work / "svc-hosts"
+        self.hosts_dir = self.work / "svc-hosts.d"
         self._stop = threading.Event()
 
     # --- setup -----------------------------------------------------------------------------
@@ -163,13 +167,17 @@ class Cluster:
             "--proxy-mode", "iptables", "--masquerade-all", "--cluster-cidr", "172.17.0.0/16",
             "--conntrack-max-per-core", "0", "--metrics-bind-address", "127.0.0.1:10249",
             "--healthz-bind-address", "127.0.0.1:10256"])
-        self.hosts.write_text("")
+        self.hosts_dir.mkdir()
         self.start("dnsmasq", [
             "dnsmasq", "--keep-in-foreground", "--user=root", "--no-resolv", "--no-hosts",
             "--listen-address", GATEWAY, "--bind-interfaces", "--port", "53",
-            "--addn-hosts", self.hosts, "--local=/cluster.local/", "--pid-file=",
+            "--hostsdir", self.hosts_dir, "--local=/cluster.local/", "--pid-file=",
             "--log-facility=-"])
         threading.Thread(target=self.serve_service_names, daemon=True).start()
+        # The API server's own Service, once the names thread has written it and dnsmasq read it.
+        wait_for("DNS to answer for kubernetes.default.svc.cluster.local",
+                 lambda: self.alive("dnsmasq") and dns_lookup("kubernetes.default.svc.cluster.local", GATEWAY) == "10.96.0.1",
+                 60)
         self.pause_image()
         self.start("kubelet", [
             b / "kubelet", "--kubeconfig", self.kubeconfig, "--container-runtime", "docker",
@@ -202,8 +210,10 @@ class Cluster:
                         lines.append(f"{ip} {m['name']}.{m['namespace']}.svc.cluster.local")
                 text = "\n".join(sorted(lines)) + "\n"
                 if text != written:
-                    self.hosts.write_text(text)
-                    self.procs["dnsmasq"].send_signal(signal.SIGHUP)
+                    # Renamed into place whole; dnsmasq passes over dot files.
+                    tmp = self.hosts_dir / ".services.tmp"
+                    tmp.write_text(text)
+                    os.replace(tmp, self.hosts_dir / "services")
                     written = text
             except Exception:  # noqa: BLE001 - the API may be briefly away; try again
                 pass
@@ -235,6 +245,35 @@ class Cluster:
         mounts = [l.split()[1] for l in open("/proc/mounts") if str(self.work / "kubelet") in l]
         for m in sorted(mounts, key=len, reverse=True):
             subprocess.run(["umount", "-l", m], capture_output=True)
+
+
+def dns_lookup(name, server, timeout_s=1.0):
+    """The first IPv4 address a DNS server at server:53 gives for name, or None (one UDP query)."""
+    query_id = int.from_bytes(os.urandom(2), "big")
+    qname = b"".join(bytes([len(part)]) + part.encode() for part in name.split(".")) + b"\0"
+    packet = struct.pack(">HHHHHH", query_id, 0x0100, 1, 0, 0, 0) + qname + struct.pack(">HH", 1, 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout_s)
+        s.sendto(packet, (server, 53))
+        answer = s.recv(4096)
+    got_id, _flags, _qd, an = struct.unpack(">HHHH", answer[:8])
+    if got_id != query_id:
+        return None
+    at = 12 + len(qname) + 4
+    for _ in range(an):
+        # A name in an answer is a 2-byte pointer here (dnsmasq compresses it to the question's).
+        if answer[at] & 0xC0 == 0xC0:
+            at += 2
+        else:
+            while answer[at]:
+                at += answer[at] + 1
+            at += 1
+        rtype, _cls, _ttl, length = struct.unpack(">HHIH", answer[at:at + 10])
+        at += 10
+        if rtype == 1 and length == 4:
+            return socket.inet_ntoa(answer[at:at + 4])
+        at += length
+    return None
 
 
 def remove_kube_iptables_chains():
