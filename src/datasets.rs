@@ -690,6 +690,7 @@ pub fn import_mirrors(paths: &[PathBuf], repos: &Path, say: impl Fn(&str)) -> Re
         let dest = repos.join(&name);
         if dest.join("HEAD").is_file() {
             say(&format!("{name}: already in {}", repos.display()));
+            say_substitutes(&dest, &name, &say)?;
             continue;
         }
         let tmp = tempfile::Builder::new()
@@ -731,6 +732,23 @@ pub fn import_mirrors(paths: &[PathBuf], repos: &Path, say: impl Fn(&str)) -> Re
         say(&format!(
             "{name}: imported into {} ({commits} commits)",
             repos.display()
+        ));
+        say_substitutes(&dest, &name, &say)?;
+    }
+    Ok(())
+}
+
+/// Puts a mirror's substitute tags in place of the blobs it lacks (git replace refs) and says
+/// which; see [`reprobench_agent_node::sandbox::tree::replace_from_substitute_tags`].
+fn say_substitutes(mirror: &Path, name: &str, say: &impl Fn(&str)) -> Result<()> {
+    let subs = reprobench_agent_node::sandbox::tree::replace_from_substitute_tags(mirror)
+        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
+    for s in subs {
+        say(&format!(
+            "{name}: blob {} is not in the mirror; its substitute subst/{} ({}) stands in for it (refs/replace)",
+            &s.blob[..12.min(s.blob.len())],
+            s.tag,
+            &s.substitute[..12.min(s.substitute.len())]
         ));
     }
     Ok(())

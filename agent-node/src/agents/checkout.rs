@@ -1,7 +1,6 @@
 //! A throwaway checkout of an instance's repository at its base commit, for agents to read.
 
 use std::path::Path;
-use tokio::process::Command;
 
 /// A checkout in a temporary directory, removed when dropped.
 pub struct Checkout {
@@ -15,26 +14,8 @@ impl Checkout {
     }
 }
 
-async fn git(args: &[&str], cwd: &Path) -> Result<(), String> {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(cwd)
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .output()
-        .await
-        .map_err(|e| format!("cannot run git (is it installed?): {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "git {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-/// Checks `commit` of the bare mirror `mirror` out into a new directory under `parent`.
+/// Checks `commit` of the bare mirror `mirror` out into a new directory under `parent` (see
+/// [`crate::sandbox::tree::checkout`]: a repository of its own whose one commit is that tree).
 pub async fn checkout(mirror: &Path, commit: &str, parent: &Path) -> Result<Checkout, String> {
     if !mirror.exists() {
         return Err(format!(
@@ -47,13 +28,13 @@ pub async fn checkout(mirror: &Path, commit: &str, parent: &Path) -> Result<Chec
         .prefix("checkout-")
         .tempdir_in(parent)
         .map_err(|e| format!("{}: {e}", parent.display()))?;
-    let root = dir.path();
-    let mirror_s = mirror.to_string_lossy();
-    git(
-        &["clone", "-q", "--shared", "--no-checkout", &mirror_s, "."],
-        root,
-    )
-    .await?;
-    git(&["checkout", "-q", "--detach", commit], root).await?;
+    let (mirror, commit, root) = (
+        mirror.to_path_buf(),
+        commit.to_string(),
+        dir.path().to_path_buf(),
+    );
+    tokio::task::spawn_blocking(move || crate::sandbox::tree::checkout(&mirror, &commit, &root))
+        .await
+        .map_err(|e| format!("checkout task: {e}"))??;
     Ok(Checkout { dir })
 }

@@ -585,7 +585,7 @@ fn tar_prefix(prefix: &std::path::Path) -> Result<Vec<u8>, SandboxError> {
         })
 }
 
-/// The repository at the base commit as a tar, from the bare mirror.
+/// The repository at the base commit as a tar, from the bare mirror (see [`super::tree`]).
 async fn archive_commit(recipe: &EnvRecipe) -> Result<Vec<u8>, SandboxError> {
     let (repo, commit, mirror) = (&recipe.repo, recipe.base_commit.trim(), &recipe.mirror);
     let missing = |why: &str| {
@@ -626,18 +626,29 @@ async fn archive_commit(recipe: &EnvRecipe) -> Result<Vec<u8>, SandboxError> {
             why => format!("cannot be read from the mirror ({why})"),
         }));
     }
-    let out = git(&["archive", "--format=tar", commit])
-        .output()
-        .await
-        .map_err(no_git)?;
-    if !out.status.success() {
-        return Err(SandboxError::Infra(format!(
-            "`git -C {} archive {commit}` failed: {}",
-            mirror.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        )));
-    }
-    Ok(out.stdout)
+    // The tree as a checkout leaves it (what the mirror has of it), tarred.
+    let (mirror, commit) = (mirror.clone(), commit.to_string());
+    let repo = repo.clone();
+    tokio::task::spawn_blocking(move || {
+        let scratch = tempfile::tempdir()
+            .map_err(|e| SandboxError::Infra(format!("cannot make a scratch directory: {e}")))?;
+        let dest = scratch.path().join("repo");
+        std::fs::create_dir(&dest)
+            .map_err(|e| SandboxError::Infra(format!("cannot make a scratch directory: {e}")))?;
+        super::tree::write_tree(&mirror, &commit, &dest).map_err(|e| {
+            SandboxError::BadInput(format!(
+                "cannot check out {repo} at {commit} from {}: {e}",
+                mirror.display()
+            ))
+        })?;
+        let mut tar = tar::Builder::new(Vec::new());
+        tar.follow_symlinks(false);
+        tar.append_dir_all(".", &dest)
+            .and_then(|_| tar.into_inner())
+            .map_err(|e| SandboxError::Infra(format!("cannot archive {repo} at {commit}: {e}")))
+    })
+    .await
+    .map_err(|e| SandboxError::Infra(format!("repository archive task: {e}")))?
 }
 
 /// The host's CA bundle, if it has one where distributions put it.

@@ -12,6 +12,7 @@ pub mod docker;
 pub mod process;
 pub(crate) mod python;
 pub mod system_packages;
+pub mod tree;
 
 /// Prints, one per line and relative to the checkout given as its argument, the directories of
 /// the checkout that editable installs made importable: paths in `.pth` and `.egg-link` files,
@@ -120,6 +121,9 @@ pub struct EnvRecipe {
     pub standalone: bool,
     /// pip considers only files uploaded before this instant (see `EnvSpec::packages_as_of`).
     pub packages_as_of: Option<String>,
+    /// Files of the base commit that the mirror lacks or replaces (see [`tree::gaps`]), one
+    /// `PATH BLOB SUBSTITUTE|-` each: a mirror that gains a substitute is a new instance layer.
+    pub tree_gaps: Vec<String>,
 }
 
 impl EnvRecipe {
@@ -157,6 +161,9 @@ impl EnvRecipe {
         for (k, v) in &self.env_vars {
             h.add(k);
             h.add(v);
+        }
+        for g in &self.tree_gaps {
+            h.add(g);
         }
         format!("{:016x}", h.0)
     }

@@ -391,24 +391,16 @@ fn prepare_checkout(
                 recipe.mirror.display()
             )));
         }
-        run_setup(
-            std::process::Command::new("git")
-                .args(["clone", "-q", "--no-checkout"])
-                .arg(&recipe.mirror)
-                .arg(&dir),
-            "git clone",
-        )
-        .map_err(SandboxError::Infra)?;
-        run_setup(
-            std::process::Command::new("git").arg("-C").arg(&dir).args([
-                "checkout",
-                "-q",
-                "--detach",
-                &recipe.base_commit,
-            ]),
-            "git checkout",
-        )
-        .map_err(SandboxError::Infra)?;
+        // The commit's tree (what the mirror has of it) as a repository of its own.
+        std::fs::create_dir_all(&dir).map_err(|e| infra("creating the checkout", e))?;
+        super::tree::checkout(&recipe.mirror, &recipe.base_commit, &dir).map_err(|e| {
+            SandboxError::BadInput(format!(
+                "cannot check out {} at {} from {}: {e}",
+                recipe.repo,
+                recipe.base_commit,
+                recipe.mirror.display()
+            ))
+        })?;
         let env = venv_env(venv);
         for cmd in recipe
             .pre_install

@@ -319,6 +319,12 @@ impl SwtExecutor {
                 }
             }
         };
+        // Files of the base commit the mirror lacks or replaces: in the cache key and the report.
+        let tree_gaps = if mirror.is_dir() {
+            crate::sandbox::tree::gaps(&mirror, &inst.base_commit).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let recipe = EnvRecipe {
             repo: inst.repo.clone(),
             mirror,
@@ -337,6 +343,7 @@ impl SwtExecutor {
                 .collect(),
             standalone: payload.env.test_cmd.trim_start().starts_with("tox "),
             packages_as_of: payload.env.packages_as_of.clone(),
+            tree_gaps: tree_gaps.iter().map(|g| g.key()).collect(),
         };
         let limits = Limits {
             cpus: payload.limits.cpus,
@@ -455,9 +462,12 @@ impl SwtExecutor {
             "parser": family.name(),
             "suspicious": [],
         });
-        if !payload.env.left_out.is_empty() {
-            // What of the upstream environment spec this environment does not reproduce.
-            report["environment_left_out"] = serde_json::json!(payload.env.left_out);
+        // What of the upstream environment this one does not reproduce: parts of the spec, and
+        // files of the base commit that the mirror lacks (a partial clone) or replaces.
+        let mut left_out = payload.env.left_out.clone();
+        left_out.extend(tree_gaps.iter().map(|g| g.describe(&inst.base_commit)));
+        if !left_out.is_empty() {
+            report["environment_left_out"] = serde_json::json!(left_out);
         }
         let finish = |report: serde_json::Value,
                       success: bool,
