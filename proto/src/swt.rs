@@ -91,6 +91,10 @@ pub struct EnvSpec {
     /// pip's `--uploaded-prior-to` (pip 26+, Python 3.9+).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages_as_of: Option<String>,
+    /// The environment starts from the newest pip, setuptools and wheel for its Python, as a
+    /// new conda environment does, instead of the ones its Python shipped with.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fresh_build_tools: bool,
 }
 
 fn default_python() -> String {
@@ -116,6 +120,9 @@ impl EnvSpec {
         }
         if let Some(date) = &self.packages_as_of {
             packages.push(format!("--packages-as-of={date}"));
+        }
+        if self.fresh_build_tools {
+            packages.push("--fresh-build-tools".into());
         }
         env_key(&self.python, &packages)
     }

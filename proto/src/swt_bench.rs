@@ -127,14 +127,20 @@ impl SwtBenchSpecs {
             )]),
             left_out: Vec::new(),
             packages_as_of: None,
+            fresh_build_tools: false,
         };
         match major_minor(&spec.python) {
-            Some(v) if v < FIRST_PYTHON_WITH_DATE_CAP => env.left_out.push(format!(
+            Some(v) if v < FIRST_PYTHON_WITH_DATE_CAP => {
+                // SWT-bench's conda environments come with the newest pip, setuptools and wheel
+                // built for their Python; a venv of 3.6 has pip 18 (no `--no-use-pep517`).
+                env.fresh_build_tools = true;
+                env.left_out.push(format!(
                 "packages without a pin resolve as of today, not as of SWT-bench's specs ({}): pip's date cap (--uploaded-prior-to) needs pip 26, which needs Python {}.{}+",
                 &SPECS_AS_OF[..10],
                 FIRST_PYTHON_WITH_DATE_CAP.0,
                 FIRST_PYTHON_WITH_DATE_CAP.1
-            )),
+                ));
+            }
             _ => env.packages_as_of = Some(SPECS_AS_OF.into()),
         }
         // tox would build its own virtualenv from PyPI, and executions have no network: with
@@ -242,6 +248,8 @@ mod tests {
         );
         let old = s.env("psf/requests", "0.14").unwrap();
         assert_eq!(old.packages_as_of, None, "no pip 26 for Python 3.6");
+        assert!(old.fresh_build_tools, "3.6's own pip 18 is too old");
+        assert!(!s.env("psf/requests", "2.0").unwrap().fresh_build_tools);
         assert!(
             old.left_out[0].contains("as of today"),
             "{:?}",

@@ -87,6 +87,10 @@ for d in set([paths['purelib'], paths['platlib']]):
 print('\n'.join(sorted(found)))
 "#;
 
+/// What an environment with [`EnvRecipe::fresh_build_tools`] upgrades first (`pip install
+/// --upgrade …`): the newest pip, setuptools and wheel for its Python.
+pub(crate) const BUILD_TOOLS: [&str; 4] = ["--upgrade", "pip", "setuptools", "wheel"];
+
 /// pip's environment variable for `--uploaded-prior-to` ([`EnvRecipe::packages_as_of`]).
 pub(crate) const PIP_DATE_CAP_VAR: &str = "PIP_UPLOADED_PRIOR_TO";
 /// The pip that has `--uploaded-prior-to`: 26 and later, which need Python 3.9+.
@@ -124,6 +128,10 @@ pub struct EnvRecipe {
     /// Files of the base commit that the mirror lacks or replaces (see [`tree::gaps`]), one
     /// `PATH BLOB SUBSTITUTE|-` each: a mirror that gains a substitute is a new instance layer.
     pub tree_gaps: Vec<String>,
+    /// Upgrade pip, setuptools and wheel first (see `EnvSpec::fresh_build_tools`).
+    pub fresh_build_tools: bool,
+    /// Submodules of the base commit, `(commit, path)` (see [`tree::gitlinks`]).
+    pub gitlinks: Vec<(String, String)>,
 }
 
 impl EnvRecipe {
@@ -142,6 +150,9 @@ impl EnvRecipe {
         }
         if let Some(date) = &self.packages_as_of {
             packages.push(format!("--packages-as-of={date}"));
+        }
+        if self.fresh_build_tools {
+            packages.push("--fresh-build-tools".into());
         }
         reprobench_proto::swt::env_key(&self.python, &packages)
     }

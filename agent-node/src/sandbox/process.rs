@@ -11,8 +11,8 @@ use super::python::{
 };
 use super::system_packages;
 use super::{
-    CappedOutput, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, PIP_DATE_CAP_VAR,
-    PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError, check_relative_path,
+    BUILD_TOOLS, CappedOutput, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest,
+    PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError, check_relative_path,
 };
 use crate::executor::BoxFuture;
 use std::collections::HashMap;
@@ -246,6 +246,17 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
             let mut env_text: String = lib_env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
             std::fs::write(dir.join(ENV_FILE), &env_text)
                 .map_err(|e| infra("writing the venv's environment", e))?;
+            if recipe.fresh_build_tools {
+                // A new conda environment has the newest pip, setuptools and wheel built for its
+                // Python; a venv has the ones its Python shipped with (3.6's pip 18 lacks
+                // `--no-use-pep517`, which scikit-learn's install command passes).
+                pip_install(
+                    &dir,
+                    &BUILD_TOOLS.map(String::from),
+                    "upgrading pip, setuptools and wheel",
+                    &venv_env(&dir),
+                )?;
+            }
             if let Some(date) = &recipe.packages_as_of {
                 upgrade_pip_for_date_cap(&dir, &venv_env(&dir))?;
                 // Every later pip run in this venv, the install commands' too, honours the cap.

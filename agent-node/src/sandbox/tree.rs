@@ -82,21 +82,41 @@ fn output(mut cmd: Command, what: &str) -> Result<Vec<u8>, String> {
     Ok(out.stdout)
 }
 
-/// The files of `commit`'s tree that the mirror lacks or replaces, in path order.
-pub fn gaps(mirror: &Path, commit: &str) -> Result<Vec<TreeGap>, String> {
+/// The entries of `commit`'s tree: `(type, object, path)`, `blob` or `commit` (a submodule).
+fn entries(mirror: &Path, commit: &str) -> Result<Vec<(String, String, String)>, String> {
     let mut ls = git(mirror);
     ls.args(["ls-tree", "-r", "-z", "--full-tree", commit]);
     let listing = output(ls, &format!("git ls-tree {commit}"))?;
-    // `MODE TYPE OID\tPATH`, NUL-terminated; submodules (type commit) have no blob.
-    let blobs: Vec<(String, String)> = listing
+    // `MODE TYPE OID\tPATH`, NUL-terminated.
+    Ok(listing
         .split(|b| *b == 0)
         .filter_map(|entry| {
             let entry = std::str::from_utf8(entry).ok()?;
             let (meta, path) = entry.split_once('\t')?;
             let mut meta = meta.split(' ');
             let (_mode, kind, oid) = (meta.next()?, meta.next()?, meta.next()?);
-            (kind == "blob").then(|| (oid.to_string(), path.to_string()))
+            Some((kind.to_string(), oid.to_string(), path.to_string()))
         })
+        .collect())
+}
+
+/// The submodules of `commit`'s tree: `(commit, path)`. A checkout has an empty directory for
+/// each, as a clone whose submodules were not initialised has; the one-commit repository records
+/// them ([`base_commit_script`]), so `git submodule update --init` works where the network does.
+pub fn gitlinks(mirror: &Path, commit: &str) -> Result<Vec<(String, String)>, String> {
+    Ok(entries(mirror, commit)?
+        .into_iter()
+        .filter(|(kind, _, _)| kind == "commit")
+        .map(|(_, oid, path)| (oid, path))
+        .collect())
+}
+
+/// The files of `commit`'s tree that the mirror lacks or replaces, in path order.
+pub fn gaps(mirror: &Path, commit: &str) -> Result<Vec<TreeGap>, String> {
+    let blobs: Vec<(String, String)> = entries(mirror, commit)?
+        .into_iter()
+        .filter(|(kind, _, _)| kind == "blob")
+        .map(|(_, oid, path)| (oid, path))
         .collect();
     let replaced = replace_refs(mirror)?;
     // One batch query for every blob, with replacement off: which the mirror itself lacks.
@@ -306,22 +326,41 @@ pub fn replace_from_substitute_tags(mirror: &Path) -> Result<Vec<Substitution>, 
     Ok(subs)
 }
 
-/// Makes `dir` a git repository with one commit of everything in it (tracked files that the
-/// repository's own `.gitignore` matches too), with a fixed identity and date, as the docker
-/// executor's instance layer does; the user's and the system's git configuration play no part.
-const BASE_COMMIT_SH: &str = "git init -q . \
-    && git add -A -f \
-    && GIT_AUTHOR_NAME=reprobench GIT_AUTHOR_EMAIL=reprobench@localhost \
-       GIT_COMMITTER_NAME=reprobench GIT_COMMITTER_EMAIL=reprobench@localhost \
-       GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z \
-       git commit -q --no-verify --allow-empty -m 'reprobench: base commit'";
+/// Shell commands that make the working directory a git repository with one commit of
+/// everything in it (tracked files that the repository's own `.gitignore` matches too) and the
+/// submodules `gitlinks` (`(commit, path)`) recorded, with a fixed identity and date. Its objects
+/// go into one pack: every execution copies the repository, and thousands of loose objects (one
+/// per file) made copying and removing `.git` cost as much as the tree itself. The docker
+/// instance layer and [`checkout`] both run it.
+pub fn base_commit_script(gitlinks: &[(String, String)]) -> String {
+    let mut script = String::from("git init -q . && git add -A -f");
+    for (commit, path) in gitlinks {
+        script.push_str(&format!(
+            " && git update-index --add --cacheinfo 160000,{commit},{}",
+            shell_quote(path)
+        ));
+    }
+    script.push_str(
+        " && GIT_AUTHOR_NAME=reprobench GIT_AUTHOR_EMAIL=reprobench@localhost \
+           GIT_COMMITTER_NAME=reprobench GIT_COMMITTER_EMAIL=reprobench@localhost \
+           GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z \
+           git commit -q --no-verify --allow-empty -m 'reprobench: base commit' \
+         && git repack -a -d -q && git prune-packed",
+    );
+    script
+}
+
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
 
 /// [`write_tree`] into `dest`, then `dest` made a repository of its own whose one commit is that
-/// tree, so `git apply` and `git diff` work there; returns the [`gaps`].
+/// tree ([`base_commit_script`]), so `git apply` and `git diff` work there; returns the [`gaps`].
+/// The user's and the system's git configuration play no part.
 pub fn checkout(mirror: &Path, commit: &str, dest: &Path) -> Result<Vec<TreeGap>, String> {
     let gaps = write_tree(mirror, commit, dest)?;
     let out = Command::new("bash")
-        .args(["-c", BASE_COMMIT_SH])
+        .args(["-c", &base_commit_script(&gitlinks(mirror, commit)?)])
         .current_dir(dest)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
@@ -391,6 +430,8 @@ mod tests {
         // A repository of its own whose one commit is the tree written.
         assert_eq!(sh(&dest, "git status --porcelain"), "");
         assert_eq!(sh(&dest, "git rev-list --count HEAD"), "1");
+        // Its objects packed: no loose object files for executions to copy.
+        assert_eq!(sh(&dest, "git count-objects | cut -d' ' -f1"), "0");
         assert_eq!(
             gaps,
             vec![TreeGap {
@@ -480,6 +521,41 @@ mod tests {
         );
         // Again: nothing left to replace.
         assert!(replace_from_substitute_tags(&mirror).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_submodule_is_an_empty_directory_recorded_in_the_checkouts_commit() {
+        let root = tempfile::tempdir().unwrap();
+        let sub = root.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        sh(
+            &sub,
+            "git init -q . && echo s > s && git add s && git commit -qm s",
+        );
+        let src = root.path().join("src");
+        std::fs::create_dir(&src).unwrap();
+        let commit = sh(
+            &src,
+            "git init -q . && echo a > a && git -c protocol.file.allow=always submodule add -q ../sub 'helpers dir' \
+             && git commit -qm a && git rev-parse HEAD",
+        );
+        let linked = sh(&src, "git rev-parse 'HEAD:helpers dir'");
+        sh(root.path(), "git clone -q --bare src mirror.git");
+        let mirror = root.path().join("mirror.git");
+        assert_eq!(
+            gitlinks(&mirror, &commit).unwrap(),
+            vec![(linked.clone(), "helpers dir".to_string())]
+        );
+        let dest = root.path().join("tree");
+        std::fs::create_dir(&dest).unwrap();
+        checkout(&mirror, &commit, &dest).unwrap();
+        assert!(dest.join("helpers dir").is_dir());
+        assert!(dest.join(".gitmodules").is_file());
+        let recorded = sh(&dest, "git ls-tree HEAD 'helpers dir'");
+        assert!(
+            recorded.starts_with(&format!("160000 commit {linked}")),
+            "{recorded}"
+        );
     }
 
     #[test]

@@ -320,10 +320,13 @@ impl SwtExecutor {
             }
         };
         // Files of the base commit the mirror lacks or replaces: in the cache key and the report.
-        let tree_gaps = if mirror.is_dir() {
-            crate::sandbox::tree::gaps(&mirror, &inst.base_commit).unwrap_or_default()
+        let (tree_gaps, gitlinks) = if mirror.is_dir() {
+            (
+                crate::sandbox::tree::gaps(&mirror, &inst.base_commit).unwrap_or_default(),
+                crate::sandbox::tree::gitlinks(&mirror, &inst.base_commit).unwrap_or_default(),
+            )
         } else {
-            Vec::new()
+            (Vec::new(), Vec::new())
         };
         let recipe = EnvRecipe {
             repo: inst.repo.clone(),
@@ -344,6 +347,8 @@ impl SwtExecutor {
             standalone: payload.env.test_cmd.trim_start().starts_with("tox "),
             packages_as_of: payload.env.packages_as_of.clone(),
             tree_gaps: tree_gaps.iter().map(|g| g.key()).collect(),
+            fresh_build_tools: payload.env.fresh_build_tools,
+            gitlinks,
         };
         let limits = Limits {
             cpus: payload.limits.cpus,

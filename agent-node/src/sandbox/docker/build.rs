@@ -1,7 +1,7 @@
 //! Building env and instance layers: the Dockerfile and its in-memory context, the streamed build,
 //! and telling a recipe's own failure (final) from the machinery's (retry elsewhere).
 
-use super::super::{EnvRecipe, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, SandboxError};
+use super::super::{BUILD_TOOLS, EnvRecipe, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, SandboxError};
 use super::{KEY_LABEL, LAYER_LABEL, PARENT_LABEL, WORKDIR};
 use bollard::Docker;
 use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
@@ -313,6 +313,16 @@ pub(super) fn env_layer(
             format!("/usr/bin/env {python} -m venv /opt/venv"),
         )
     }];
+    if recipe.fresh_build_tools {
+        // The newest pip, setuptools and wheel for the Python, as a new conda environment has.
+        pieces.push((
+            Origin::Packages,
+            format!(
+                "python -m pip install --no-cache-dir {}",
+                BUILD_TOOLS.join(" ")
+            ),
+        ));
+    }
     if recipe.packages_as_of.is_some() {
         // That pip itself is newer than the dates one caps at.
         // The recipe's when it fails: no pip 26 for the recipe's Python (before 3.9).
@@ -358,17 +368,15 @@ pub(super) fn instance_layer(env_tag: &str, recipe: &EnvRecipe) -> Layer {
         format!("ADD repo.tar {WORKDIR}/"),
         Origin::Harness("unpacking the repository"),
     );
-    // A fixed identity and dates make the base commit reproducible; `add -f` keeps tracked files
-    // that the repository's own .gitignore matches. safe.directory: copies may be owned by others.
+    // safe.directory: copies may be owned by others. The one-commit repository as the process
+    // executor's checkout has it (`tree::base_commit_script`).
     let git = format!(
         "cd {WORKDIR} \
         && git config --system user.name reprobench \
         && git config --system user.email reprobench@localhost \
         && git config --system --add safe.directory '*' \
-        && git init -q \
-        && git add -A -f \
-        && GIT_AUTHOR_DATE=2000-01-01T00:00:00Z GIT_COMMITTER_DATE=2000-01-01T00:00:00Z \
-           git commit -q --no-verify --allow-empty -m 'reprobench: base commit'"
+        && {}",
+        super::super::tree::base_commit_script(&recipe.gitlinks)
     );
     let mut pieces = vec![(
         Origin::Harness("making the repository a git repository (the base image needs git)"),
