@@ -61,7 +61,9 @@ pub struct EvalArgs {
     no_coverage: bool,
     /// Resolve packages without a pin as of this day or instant (`2025-02-28`, or ISO 8601 with a
     /// zone), through pip's --uploaded-prior-to (pip 26, Python 3.9+), or `latest` for today's
-    /// [default: the environment spec's; SWT-bench's specs: 2025-02-28, the day they last changed].
+    /// [default: the environment spec's; SWT-bench's specs: 2025-02-28, the day they last changed;
+    /// their conda packages for a Python older than 3.9: that Python's end of life, resolved on
+    /// the host; `latest` drops both].
     #[arg(long, value_name = "DATE|latest", value_parser = parse_packages_as_of)]
     packages_as_of: Option<AsOf>,
     /// Start an embedded coordinator and N node processes on this machine.
@@ -357,6 +359,9 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
                 AsOf::Date(d) => Some(d.clone()),
                 AsOf::Latest => None,
             };
+            if matches!(as_of, AsOf::Latest) {
+                env.conda_packages_as_of = None;
+            }
         }
     }
     let total = ds.instances.len()

@@ -95,6 +95,10 @@ pub struct EnvSpec {
     /// new conda environment does, instead of the ones its Python shipped with.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fresh_build_tools: bool,
+    /// `packages` (conda's in SWT-bench) resolve as they did at this instant, on the host, for
+    /// this Python (its own pip is too old to cap dates), and are installed as pins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conda_packages_as_of: Option<String>,
 }
 
 fn default_python() -> String {
@@ -123,6 +127,9 @@ impl EnvSpec {
         }
         if self.fresh_build_tools {
             packages.push("--fresh-build-tools".into());
+        }
+        if let Some(date) = &self.conda_packages_as_of {
+            packages.push(format!("--conda-packages-as-of={date}"));
         }
         env_key(&self.python, &packages)
     }

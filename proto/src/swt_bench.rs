@@ -25,6 +25,17 @@ pub const SPECS_FILE: &str = "swt-bench/env-specs.json";
 pub const SPECS_AS_OF: &str = "2025-02-28T00:00:00Z";
 /// The first Python whose pip (26+) can resolve as of a date.
 const FIRST_PYTHON_WITH_DATE_CAP: (u32, u32) = (3, 9);
+/// End of life of the Pythons SWT-bench's specs ask for that reached it before [`SPECS_AS_OF`]
+/// (python.org's release schedule, PEPs 478, 494, 537, 569). Conda's channels stop building
+/// packages for a Python at its end of life, so a conda environment of that Python gets the
+/// packages as they were then: scikit-learn 0.20-0.22 (Python 3.6) build with the Cython 0.29
+/// conda gives them, and not with the Cython 3 pip would pick for 3.6 today.
+const PYTHON_END_OF_LIFE: [((u32, u32), &str); 4] = [
+    ((3, 5), "2020-09-30T00:00:00Z"),
+    ((3, 6), "2021-12-23T00:00:00Z"),
+    ((3, 7), "2023-06-27T00:00:00Z"),
+    ((3, 8), "2024-10-07T00:00:00Z"),
+];
 
 /// `3.9` → (3, 9); `None` for anything else (`3`, `pypy`).
 fn major_minor(python: &str) -> Option<(u32, u32)> {
@@ -128,6 +139,7 @@ impl SwtBenchSpecs {
             left_out: Vec::new(),
             packages_as_of: None,
             fresh_build_tools: false,
+            conda_packages_as_of: None,
         };
         match major_minor(&spec.python) {
             Some(v) if v < FIRST_PYTHON_WITH_DATE_CAP => {
@@ -173,7 +185,19 @@ impl SwtBenchSpecs {
                     files.join(" or ")
                 ));
             }
-            names => env.packages = names.split_whitespace().map(pip_name).collect(),
+            names => {
+                env.packages = names.split_whitespace().map(pip_name).collect();
+                // Conda installs these; for an older Python as its channels last had them.
+                if env.packages_as_of.is_none() {
+                    let eol = major_minor(&spec.python).and_then(|v| {
+                        PYTHON_END_OF_LIFE
+                            .iter()
+                            .find(|(p, _)| *p == v)
+                            .map(|(_, d)| *d)
+                    });
+                    env.conda_packages_as_of = Some(eol.unwrap_or(SPECS_AS_OF).to_string());
+                }
+            }
         }
         Some(env)
     }
@@ -249,6 +273,15 @@ mod tests {
         let old = s.env("psf/requests", "0.14").unwrap();
         assert_eq!(old.packages_as_of, None, "no pip 26 for Python 3.6");
         assert!(old.fresh_build_tools, "3.6's own pip 18 is too old");
+        // Its conda packages as of Python 3.6's end of life; 3.9+ caps every pip run instead.
+        assert_eq!(
+            old.conda_packages_as_of.as_deref(),
+            Some("2021-12-23T00:00:00Z")
+        );
+        assert_eq!(
+            s.env("psf/requests", "2.0").unwrap().conda_packages_as_of,
+            None
+        );
         assert!(!s.env("psf/requests", "2.0").unwrap().fresh_build_tools);
         assert!(
             old.left_out[0].contains("as of today"),

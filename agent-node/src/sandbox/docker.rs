@@ -292,8 +292,24 @@ impl Sandbox for DockerSandbox {
 }
 
 impl Inner {
-    async fn prepare(self: Arc<Self>, recipe: EnvRecipe) -> Result<Prepared, SandboxError> {
+    async fn prepare(self: Arc<Self>, mut recipe: EnvRecipe) -> Result<Prepared, SandboxError> {
         let (base, python) = self.python_base(&recipe).await?;
+        if let Some(date) = recipe.conda_packages_as_of.clone()
+            && !recipe.packages.is_empty()
+        {
+            // Resolved on the host (the image's pip is too old to cap dates); the pins go into
+            // the env layer's requirements, so they are part of its tag.
+            let (cache, packages, version) = (
+                self.cfg.cache_dir.clone(),
+                recipe.packages.clone(),
+                recipe.python.clone(),
+            );
+            recipe.packages = tokio::task::spawn_blocking(move || {
+                super::resolve::resolve_as_of(&cache, &packages, &version, &date)
+            })
+            .await
+            .map_err(|e| SandboxError::Infra(format!("resolver task: {e}")))??;
+        }
 
         let env_layer = build::env_layer(&base, &recipe, read_host_ca(), &python);
         let env_tag = env_layer.tag(ENV_REPO);

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub mod docker;
 pub mod process;
 pub(crate) mod python;
+pub mod resolve;
 pub mod system_packages;
 pub mod tree;
 
@@ -132,6 +133,9 @@ pub struct EnvRecipe {
     pub fresh_build_tools: bool,
     /// Submodules of the base commit, `(commit, path)` (see [`tree::gitlinks`]).
     pub gitlinks: Vec<(String, String)>,
+    /// `packages` resolve as of this instant on the host and install as pins (see
+    /// `EnvSpec::conda_packages_as_of` and [`resolve`]).
+    pub conda_packages_as_of: Option<String>,
 }
 
 impl EnvRecipe {
@@ -153,6 +157,9 @@ impl EnvRecipe {
         }
         if self.fresh_build_tools {
             packages.push("--fresh-build-tools".into());
+        }
+        if let Some(date) = &self.conda_packages_as_of {
+            packages.push(format!("--conda-packages-as-of={date}"));
         }
         reprobench_proto::swt::env_key(&self.python, &packages)
     }

@@ -266,8 +266,17 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
             }
             let env = venv_env(&dir);
             if !recipe.packages.is_empty() {
-                let what = format!("pip install {}", recipe.packages.join(" "));
-                pip_install(&dir, &recipe.packages, &what, &env)?;
+                let packages = match &recipe.conda_packages_as_of {
+                    Some(date) => super::resolve::resolve_as_of(
+                        cache,
+                        &recipe.packages,
+                        &python.version,
+                        date,
+                    )?,
+                    None => recipe.packages.clone(),
+                };
+                let what = format!("pip install {}", packages.join(" "));
+                pip_install(&dir, &packages, &what, &env)?;
             }
             if let Some(reqs) = &recipe.requirements {
                 let file = dir.join("reprobench-requirements.txt");

@@ -348,6 +348,7 @@ impl SwtExecutor {
             packages_as_of: payload.env.packages_as_of.clone(),
             tree_gaps: tree_gaps.iter().map(|g| g.key()).collect(),
             fresh_build_tools: payload.env.fresh_build_tools,
+            conda_packages_as_of: payload.env.conda_packages_as_of.clone(),
             gitlinks,
         };
         let limits = Limits {
