@@ -525,6 +525,59 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// Whether mounting a private tmpfs over work directories was refused once (not root, or a
+/// container without the capability): then no execution tries again.
+static TMPFS_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Mounts a tmpfs of `disk_mb` MiB (0: the kernel's default) at `dir`; false when it cannot.
+fn mount_work_tmpfs(dir: &Path, disk_mb: u64) -> bool {
+    use std::sync::atomic::Ordering;
+    if TMPFS_REFUSED.load(Ordering::Relaxed) {
+        return false;
+    }
+    let Ok(target) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    let size = if disk_mb > 0 {
+        format!(",size={disk_mb}m")
+    } else {
+        String::new()
+    };
+    let options = std::ffi::CString::new(format!("mode=0755{size}")).expect("no NUL");
+    // SAFETY: every pointer is a valid NUL-terminated string that outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        TMPFS_REFUSED.store(true, Ordering::Relaxed);
+        tracing::warn!(error = %err, "process sandbox: cannot mount a tmpfs for executions; they copy the checkout to disk instead");
+        return false;
+    }
+    true
+}
+
+/// Unmounts the tmpfs at its path when dropped (lazily: nothing of the execution is left to use
+/// it), before the work directory under it is removed.
+struct UnmountOnDrop(Option<PathBuf>);
+
+impl Drop for UnmountOnDrop {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.0
+            && let Ok(target) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        {
+            // SAFETY: a valid NUL-terminated path.
+            unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}
+
 fn exec_blocking(
     cache: &Path,
     template: &Path,
@@ -539,6 +592,12 @@ fn exec_blocking(
         .prefix("exec-")
         .tempdir_in(&work_root)
         .map_err(|e| infra("creating the work directory", e))?;
+    // As root, the execution's root is a tmpfs of its own, as a container's /work is: copying
+    // the checkout into memory and dropping it cost a third of doing so on disk, and the disk
+    // limit holds. Elsewhere (or where mounting is refused) it stays a directory on disk.
+    let private_tmpfs = as_nobody && mount_work_tmpfs(work.path(), req.limits.disk_mb);
+    // Declared after `work`, so on every early return it is dropped (unmounted) first.
+    let unmount = UnmountOnDrop(private_tmpfs.then(|| work.path().to_path_buf()));
     // The execution's own root, as a container's: the repository copy in `repo/`, HOME and TMPDIR
     // in `tmp/` beside it, both the execution user's. Tools that look upwards from a temporary
     // directory (pytest's rootdir) find neither the repository's configuration nor a directory
@@ -548,7 +607,13 @@ fn exec_blocking(
     for d in [&repo, &scratch] {
         std::fs::create_dir(d).map_err(|e| infra("creating the work directory", e))?;
     }
-    copy_tree(template, &repo)?;
+    copy_tree(template, &repo).map_err(|e| match e {
+        SandboxError::Infra(msg) if private_tmpfs => SandboxError::BadInput(format!(
+            "{msg}: the execution's tmpfs holds limits.disk_mb = {} MiB; raise limits.disk_mb",
+            req.limits.disk_mb
+        )),
+        other => other,
+    })?;
     for f in &req.files {
         check_relative_path(&f.path)?;
         let dest = repo.join(&f.path);
@@ -671,7 +736,8 @@ fn exec_blocking(
     unsafe { libc::killpg(pgid, libc::SIGKILL) };
     let (bytes, output_truncated) = collector.join().unwrap_or_default();
     let teardown_start = Instant::now();
-    drop(work); // removes the copy
+    drop(unmount); // frees the tmpfs with the copy in it
+    drop(work); // removes the copy (or the empty mount point)
     let exit_code = status.and_then(|s| {
         use std::os::unix::process::ExitStatusExt;
         s.code()
@@ -1023,6 +1089,52 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    #[tokio::test]
+    async fn as_root_an_execution_runs_in_a_tmpfs_of_its_disk_limit_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (bare, commit) = mirror(dir.path(), &[("a.py", "")]);
+        let sb = ProcessSandbox::new(dir.path().join("cache"));
+        if !sb.isolates_user() {
+            eprintln!("skipped: executions get a tmpfs only when the node runs as root");
+            return;
+        }
+        let prepared = sb.prepare(&recipe(bare, commit)).await.unwrap();
+        let capped = |command: &str| ExecRequest {
+            limits: Limits {
+                disk_mb: 8,
+                ..Limits::default()
+            },
+            ..req(&["bash", "-c", command], Duration::from_secs(60))
+        };
+        // The repository and the execution's TMPDIR are on one 8 MiB tmpfs.
+        let out = sb
+            .exec(
+                &prepared,
+                capped("stat -f -c %T . \"$TMPDIR\"; df -k --output=size . | tail -1; test -f a.py && echo has-a"),
+            )
+            .await
+            .unwrap();
+        let lines: Vec<&str> = out.output.lines().map(str::trim).collect();
+        assert_eq!(&lines[..2], ["tmpfs", "tmpfs"], "{}", out.output);
+        assert_eq!(lines[2], "8192", "{}", out.output);
+        assert_eq!(lines[3], "has-a", "{}", out.output);
+        // Writing past the limit fails inside the execution.
+        let out = sb
+            .exec(
+                &prepared,
+                capped("head -c 16M /dev/zero 2>/dev/null > \"$TMPDIR/big\" && echo wrote || echo full"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.output.trim(), "full", "{}", out.output);
+        // Nothing is left mounted or on disk.
+        let work = dir.path().join("cache/work");
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+        assert!(!mounts.contains(&work.display().to_string()), "{mounts}");
+        assert_eq!(std::fs::read_dir(&work).unwrap().count(), 0);
     }
 
     #[tokio::test]
