@@ -243,7 +243,7 @@ fn bad_inputs_are_classified_and_the_rest_of_the_run_completes() {
         dir.path(),
         "process",
         file.to_str().unwrap(),
-        &["--timeout-s", "8"],
+        &["--timeout-s", "15"],
     );
     assert!(
         stderr.contains(":2") && stderr.contains("malformed JSON"),
@@ -348,7 +348,7 @@ fn bad_inputs_are_classified_and_the_rest_of_the_run_completes() {
         dir.path(),
         "process",
         file.to_str().unwrap(),
-        &["--timeout-s", "8"],
+        &["--timeout-s", "15"],
     );
     assert_eq!(
         (again["resumed"].as_bool(), again["resolved"].as_u64()),
