@@ -260,6 +260,10 @@ fn write_reports(dir: &Path, done: &Finished, summary: &serde_json::Value) -> Re
     for r in &done.rows {
         let mut report: serde_json::Value =
             serde_json::from_str(&r.details_json).unwrap_or_else(|_| serde_json::json!({}));
+        // An instance that errored before it was graded has no details: it still says which.
+        if report.get("instance_id").is_none() {
+            report["instance_id"] = r.instance_id.clone().into();
+        }
         report["verdict"] = r.verdict.clone().into();
         if let Some(c) = &r.error_class {
             report["error_class"] = c.clone().into();

@@ -273,6 +273,8 @@ fn bad_inputs_are_classified_and_the_rest_of_the_run_completes() {
         "whitespace"
     );
     assert_eq!(class(3).as_deref(), Some("bad_input:binary_patch"));
+    // An errored instance's report names it too.
+    assert_eq!(report(&v, &id(3))["instance_id"], id(3).as_str());
     assert_eq!(class(4).as_deref(), Some("bad_input:patch_outside_repo"));
     assert_eq!(
         report(&v, &id(5))["patch_successfully_applied"],
