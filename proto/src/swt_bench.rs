@@ -146,12 +146,6 @@ impl SwtBenchSpecs {
                 // SWT-bench's conda environments come with the newest pip, setuptools and wheel
                 // built for their Python; a venv of 3.6 has pip 18 (no `--no-use-pep517`).
                 env.fresh_build_tools = true;
-                env.left_out.push(format!(
-                "packages without a pin resolve as of today, not as of SWT-bench's specs ({}): pip's date cap (--uploaded-prior-to) needs pip 26, which needs Python {}.{}+",
-                &SPECS_AS_OF[..10],
-                FIRST_PYTHON_WITH_DATE_CAP.0,
-                FIRST_PYTHON_WITH_DATE_CAP.1
-                ));
             }
             _ => env.packages_as_of = Some(SPECS_AS_OF.into()),
         }
@@ -198,6 +192,28 @@ impl SwtBenchSpecs {
                     env.conda_packages_as_of = Some(eol.unwrap_or(SPECS_AS_OF).to_string());
                 }
             }
+        }
+        if env.packages_as_of.is_none() {
+            let conda = match &env.conda_packages_as_of {
+                Some(date) if date == SPECS_AS_OF => {
+                    "; the spec's conda packages are capped at the specs' date".to_string()
+                }
+                Some(date) => format!(
+                    "; the spec's conda packages are capped at {} instead, the end of life of Python {}",
+                    &date[..10.min(date.len())],
+                    spec.python.trim()
+                ),
+                None => String::new(),
+            };
+            env.left_out.insert(
+                0,
+                format!(
+                    "pip packages without a pin resolve as of today, not as of SWT-bench's specs ({}): pip's date cap (--uploaded-prior-to) needs pip 26, which needs Python {}.{}+{conda}",
+                    &SPECS_AS_OF[..10],
+                    FIRST_PYTHON_WITH_DATE_CAP.0,
+                    FIRST_PYTHON_WITH_DATE_CAP.1
+                ),
+            );
         }
         Some(env)
     }
@@ -284,7 +300,8 @@ mod tests {
         );
         assert!(!s.env("psf/requests", "2.0").unwrap().fresh_build_tools);
         assert!(
-            old.left_out[0].contains("as of today"),
+            old.left_out[0].contains("as of today")
+                && old.left_out[0].contains("capped at 2021-12-23"),
             "{:?}",
             old.left_out
         );
