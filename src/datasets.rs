@@ -310,7 +310,14 @@ fn instance_problems(i: &swt::SwtInstance) -> Vec<String> {
 
 /// `datasets validate`: exit status 1 when any row or instance has a problem.
 pub fn validate(name: &str, datasets_dir: &Path, env: Option<&Path>) -> Result<bool> {
-    let ds = load(name, datasets_dir, Path::new("."), env)?;
+    let here = Path::new(".");
+    if let Some(dir) = android_sim_dir(name, datasets_dir, here) {
+        return validate_android_sim(name, &dir);
+    }
+    if let Some(dir) = android_manifest_dir(name, datasets_dir, here) {
+        return validate_android_manifest(&dir);
+    }
+    let ds = load(name, datasets_dir, here, env)?;
     let mut bad = ds.errors.len();
     print_row_errors(&ds.errors);
     for i in &ds.instances {
@@ -331,6 +338,58 @@ pub fn validate(name: &str, datasets_dir: &Path, env: Option<&Path>) -> Result<b
     }
     println!(
         "{}: {} instances checked, {bad} problems",
+        ds.name,
+        ds.instances.len()
+    );
+    Ok(bad == 0)
+}
+
+/// `datasets validate` of a simulator suite: its apps and reports load, and every report names
+/// one of its apps.
+fn validate_android_sim(name: &str, dir: &Path) -> Result<bool> {
+    use reprobench_agent_node::android::sim::Dataset;
+    let ds = Dataset::load(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+    let mut bad = 0;
+    for (id, report) in &ds.reports {
+        if !ds.apps.contains_key(&report.app) {
+            println!(
+                "{id}: its app `{}` is not among the suite's apps",
+                report.app
+            );
+            bad += 1;
+        }
+    }
+    println!(
+        "{name}: {} reports on {} apps checked, {bad} problems (a simulator suite)",
+        ds.reports.len(),
+        ds.apps.len()
+    );
+    Ok(bad == 0)
+}
+
+/// `datasets validate` of a real-app android dataset: its rows load and, where the reports were
+/// fetched, each row has its report. Reports not fetched yet are listed, not counted as problems.
+fn validate_android_manifest(dir: &Path) -> Result<bool> {
+    use reprobench_proto::android::load_android_dataset;
+    let ds =
+        load_android_dataset(&dir.display().to_string(), dir, None).map_err(anyhow::Error::msg)?;
+    print_row_errors(&ds.errors);
+    let bad = ds.errors.len();
+    let missing = ds.missing_reports.len();
+    if missing > 0 {
+        let hint = ds
+            .missing_reports
+            .first()
+            .map(|e| e.message.clone())
+            .unwrap_or_default();
+        println!(
+            "{}: {missing} of {} reports not here yet ({hint})",
+            ds.name,
+            ds.instances.len()
+        );
+    }
+    println!(
+        "{}: {} instances checked, {bad} problems, {missing} reports to fetch",
         ds.name,
         ds.instances.len()
     );
@@ -427,7 +486,11 @@ pub async fn fetch(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> 
         );
     };
     let host = "datasets-server.huggingface.co";
-    if let Err(e) = reachable(host, 443) {
+    // DNS and TCP probes and the python3 fetch block: they run on blocking threads.
+    let probe = tokio::task::spawn_blocking(move || reachable(host, 443))
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+    if let Err(e) = probe {
         bail!(
             "cannot reach {host} ({e}): this machine looks offline for the Hugging Face datasets API, so `{}` rows of {} cannot be fetched here. \
              Fetch on a connected machine and copy datasets/{name}/instances.jsonl and env.json (and the mirrors) over, or evaluate a rows file with `reprobench eval --dataset ROWS.jsonl --env ENV.json`",
@@ -435,13 +498,14 @@ pub async fn fetch(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> 
             source.huggingface_dataset
         );
     }
-    let status = std::process::Command::new("python3")
+    let status = tokio::process::Command::new("python3")
         .arg("-c")
         .arg(FETCH_SCRIPT)
         .arg(&manifest_path)
         .arg(&dir)
         .arg(repos)
         .status()
+        .await
         .context("running python3 for the fetch (is it installed?)")?;
     if !status.success() {
         bail!("fetching `{name}` failed ({status}); see the messages above");

@@ -151,6 +151,11 @@ pub struct SwtNodeArgs {
     /// executor reads [default: ./datasets].
     #[arg(long, value_name = "DIR")]
     android_datasets: Option<PathBuf>,
+    /// Run process executions even where this node cannot isolate them (no network namespace:
+    /// root without CAP_SYS_ADMIN, or no user namespaces for a non-root node). Off, such a node
+    /// refuses them with an error saying why; on, every report says they ran unisolated.
+    #[arg(long)]
+    allow_unisolated_process: bool,
 }
 
 impl SwtNodeArgs {
@@ -173,6 +178,7 @@ impl SwtNodeArgs {
             emulators: None,
             apks: None,
             android_datasets: None,
+            allow_unisolated_process: false,
         }
     }
 
@@ -206,6 +212,7 @@ impl SwtNodeArgs {
         s.repos = Self::absolute(s.repos);
         s.cache_dir = Self::absolute(s.cache_dir);
         s.artifacts = Self::absolute(s.artifacts);
+        s.allow_unisolated_process = self.allow_unisolated_process;
         s.emulator = self.avd.as_ref().map(|avd| {
             use reprobench_agent_node::android::emulator::EmulatorSettings;
             let mut e = EmulatorSettings::new(
@@ -273,6 +280,10 @@ impl SwtNodeArgs {
                 e.datasets.display().to_string(),
             ]
         }))
+        .chain(
+            s.allow_unisolated_process
+                .then(|| "--allow-unisolated-process".to_string()),
+        )
         .collect()
     }
 }

@@ -84,3 +84,22 @@ fn the_built_in_datasets_run_from_an_empty_directory() {
         "gold-trace reproduces every android-sim report: {v}"
     );
 }
+
+#[test]
+fn datasets_validate_reads_android_datasets_as_android_ones() {
+    // It used to read every manifest as an SWT one ("missing field `huggingface_dataset`").
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["android-ltg75", "android-sim", "swt-mini"] {
+        let out = in_empty_dir(dir.path())
+            .args(["datasets", "validate", name])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{name}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains(" 0 problems"), "{name}: {text}");
+    }
+}

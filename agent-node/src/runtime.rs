@@ -13,8 +13,9 @@ use reprobench_proto::auth::{ClientError, CoordinatorAddress, error_chain};
 use reprobench_proto::kind::SlotSpec;
 use reprobench_proto::v1::node_service_client::NodeServiceClient;
 use reprobench_proto::v1::{
-    AttemptProgress, AttemptRef, AttemptResult, Credit, Draining, HandBack, Heartbeat, Hello,
-    NodeMessage, Outcome, RegisterRequest, SlotCount, coordinator_message, node_message,
+    AttemptProgress, AttemptRef, AttemptResult, Credit, Draining, FailureClass, HandBack,
+    Heartbeat, Hello, NodeMessage, Outcome, RegisterRequest, SlotCount, coordinator_message,
+    node_message,
 };
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -66,6 +67,9 @@ pub struct SwtSettings {
     pub preassess_replicas: usize,
     /// The `emulator` executor's settings; `None` when no AVD was given (`--avd`).
     pub emulator: Option<crate::android::emulator::EmulatorSettings>,
+    /// Run process executions this node cannot isolate (no network namespace, limits not
+    /// set) instead of refusing them; every report then says so.
+    pub allow_unisolated_process: bool,
 }
 
 impl Default for SwtSettings {
@@ -81,6 +85,7 @@ impl Default for SwtSettings {
             sim_latency_scale: 0.0,
             preassess_replicas: crate::android::executor::DEFAULT_PREASSESS_REPLICAS,
             emulator: None,
+            allow_unisolated_process: false,
         }
     }
 }
@@ -153,7 +158,10 @@ async fn build_executors(
                 })
             }
             "process" => {
-                let sandbox = Arc::new(ProcessSandbox::new(process_cache_dir(&s.cache_dir)));
+                let sandbox = Arc::new(
+                    ProcessSandbox::new(process_cache_dir(&s.cache_dir))
+                        .allow_unisolated(s.allow_unisolated_process),
+                );
                 let e = SwtExecutor::new(
                     sandbox,
                     s.repos.clone(),
@@ -577,7 +585,7 @@ impl Node {
                 };
                 let events = self.events_tx.clone();
                 tokio::spawn(async move {
-                    let end = exec.run(spec, ctx).await;
+                    let end = run_catching_panics(exec, spec, ctx).await;
                     let _ = events.send(Event::Done { attempt, end });
                 });
             }
@@ -706,6 +714,44 @@ pub fn hostname() -> String {
     }
 }
 
+/// Runs one attempt in a task of its own, so that a panic in the executor ends the attempt as an
+/// infrastructure failure (retried under the run's `max_attempts`) and frees its slot, instead
+/// of leaving it listed, renewed and holding the slot forever.
+async fn run_catching_panics(
+    exec: Arc<dyn Executor>,
+    spec: AttemptSpec,
+    ctx: AttemptContext,
+) -> AttemptEnd {
+    let kind = exec.kind();
+    let attempt = spec.attempt;
+    match tokio::spawn(async move { exec.run(spec, ctx).await }).await {
+        Ok(end) => end,
+        Err(e) => {
+            let what = match e.try_into_panic() {
+                Ok(payload) => panic_text(payload.as_ref()),
+                Err(e) => e.to_string(),
+            };
+            tracing::error!(task = attempt.task_id, epoch = attempt.epoch, kind, panic = %what, "the executor panicked; the attempt ends as an infrastructure failure");
+            crate::executor::error_end(
+                FailureClass::Infra,
+                "executor_panic",
+                format!("the `{kind}` executor panicked while running this attempt: {what}"),
+            )
+        }
+    }
+}
+
+/// The message a panic carried (`panic!("…")` gives a `&str` or a `String`).
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with no message".into()
+    }
+}
+
 /// A stop-request channel fed by SIGTERM and SIGINT: the first drains, the second hands work back.
 pub fn stop_signals() -> mpsc::UnboundedReceiver<()> {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -773,5 +819,163 @@ mod emulator_slot_tests {
         swt.emulator = Some(e);
         let execs = build_executors(&cfg(swt)).await.unwrap();
         assert_eq!(execs["emulator"].kind(), "emulator");
+    }
+}
+
+#[cfg(test)]
+mod panic_tests {
+    use super::*;
+    use crate::executor::BoxFuture;
+    use reprobench_proto::v1::Grant;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Fault injection: panics on its first `panics` attempts (holding a shared lock while it
+    /// does, as the docker sandbox and the emulator pool hold theirs), then succeeds.
+    struct PanickingExecutor {
+        panics: u32,
+        calls: AtomicU32,
+        shared: Arc<Mutex<Vec<u64>>>,
+    }
+
+    impl Executor for PanickingExecutor {
+        fn kind(&self) -> &'static str {
+            "synthetic"
+        }
+        fn run(&self, spec: AttemptSpec, _ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
+            let call = self.calls.fetch_add(1, Ordering::SeqCst);
+            let panics = call < self.panics;
+            let shared = self.shared.clone();
+            Box::pin(async move {
+                let mut held = crate::lock(&shared);
+                held.push(spec.attempt.task_id);
+                if panics {
+                    panic!("injected fault in task {}", spec.attempt.task_id);
+                }
+                AttemptEnd::Finished(Outcome {
+                    success: true,
+                    verdict: "ok".into(),
+                    ..Default::default()
+                })
+            })
+        }
+    }
+
+    fn node(
+        exec: Arc<dyn Executor>,
+    ) -> (
+        Node,
+        mpsc::UnboundedReceiver<Event>,
+        mpsc::UnboundedReceiver<NodeMessage>,
+    ) {
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (progress_tx, _progress_rx) = mpsc::unbounded_channel();
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let node = Node {
+            cfg: NodeConfig {
+                coordinator: CoordinatorAddress {
+                    url: "http://127.0.0.1:1".into(),
+                    token: "t".into(),
+                    tls_ca: None,
+                },
+                node_id: "n".into(),
+                slots: vec![SlotSpec {
+                    kind: "synthetic".into(),
+                    slots: 1,
+                }],
+                drain_timeout: Duration::from_secs(1),
+                max_backoff: Duration::from_secs(1),
+                running_count: None,
+                swt: SwtSettings::default(),
+            },
+            executors: HashMap::from([("synthetic".to_string(), exec)]),
+            free: HashMap::from([("synthetic".to_string(), 1)]),
+            running: HashMap::new(),
+            outbox: BTreeMap::new(),
+            warm: HashSet::new(),
+            conn: Some(Connection {
+                generation: 1,
+                out,
+                unanswered: VecDeque::new(),
+            }),
+            generation: 1,
+            lease_ms: 15_000,
+            heartbeat_ms: 3_000,
+            draining: false,
+            drain_deadline: None,
+            events_tx,
+            progress_tx,
+        };
+        (node, events_rx, out_rx)
+    }
+
+    fn grant(task_id: u64) -> Event {
+        Event::Inbound {
+            generation: 1,
+            body: coordinator_message::Body::Grant(Grant {
+                attempt: Some(AttemptRef { task_id, epoch: 1 }),
+                run_id: "r".into(),
+                kind: "synthetic".into(),
+                instance_id: format!("i{task_id}"),
+                lease_ms: 60_000,
+                attempt_number: 1,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Runs one granted attempt to its end and hands the node its `Done` event.
+    async fn run_one(
+        node: &mut Node,
+        events: &mut mpsc::UnboundedReceiver<Event>,
+        task_id: u64,
+    ) -> AttemptResult {
+        node.handle(grant(task_id));
+        assert_eq!(node.free["synthetic"], 0, "the grant takes the slot");
+        let done = tokio::time::timeout(Duration::from_secs(30), events.recv())
+            .await
+            .expect("the attempt ends within 30 s")
+            .expect("events open");
+        node.handle(done);
+        node.outbox[&(task_id, 1)].clone()
+    }
+
+    #[tokio::test]
+    async fn a_panicking_attempt_ends_as_an_infra_failure_and_frees_its_slot() {
+        let shared = Arc::new(Mutex::new(Vec::new()));
+        let exec = Arc::new(PanickingExecutor {
+            panics: 1,
+            calls: AtomicU32::new(0),
+            shared: shared.clone(),
+        });
+        let (mut node, mut events, mut out) = node(exec);
+
+        let first = run_one(&mut node, &mut events, 7).await;
+        let o = first.outcome.expect("an outcome");
+        assert_eq!(o.failure_class, FailureClass::Infra as i32, "{o:?}");
+        assert_eq!(o.error_class, "executor_panic");
+        assert!(
+            o.error_message.contains("injected fault in task 7"),
+            "{o:?}"
+        );
+        assert!(node.running.is_empty(), "no longer listed in heartbeats");
+        assert_eq!(node.free["synthetic"], 1, "its slot is free again");
+        let sent: Vec<NodeMessage> = std::iter::from_fn(|| out.try_recv().ok()).collect();
+        assert!(
+            sent.iter()
+                .any(|m| matches!(&m.body, Some(node_message::Body::Result(_)))),
+            "the result is sent: {sent:?}"
+        );
+        assert!(
+            sent.iter().any(|m| matches!(&m.body, Some(node_message::Body::Credit(c)) if c.kind == "synthetic" && c.slots == 1)),
+            "the slot is offered again: {sent:?}"
+        );
+        assert!(shared.is_poisoned(), "the panic poisoned the shared lock");
+
+        // The next attempt on the same node and the same (poisoned) lock runs normally.
+        let second = run_one(&mut node, &mut events, 8).await;
+        let o = second.outcome.expect("an outcome");
+        assert!(o.success, "{o:?}");
+        assert_eq!(*crate::lock(&shared), vec![7, 8]);
     }
 }

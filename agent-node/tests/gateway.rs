@@ -778,3 +778,158 @@ async fn metrics_expose_calls_tokens_retries_and_rejections() {
     assert!(text.contains("reprobench_gateway_cost_usd_total{backbone=\"gpt\"} 0.00012"));
     gw.shutdown().await;
 }
+
+/// Polls `f` every 20 ms until it is true or `deadline` passes.
+async fn eventually(deadline: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + deadline;
+    while Instant::now() < end {
+        if f() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    f()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_the_upstream_answers_is_charged_even_when_the_client_hung_up_first() {
+    let upstream = ScriptedUpstream::start(|_| ScriptedReply::Slow {
+        delay: Duration::from_millis(600),
+        then: Box::new(ScriptedReply::text("answered after the client left")),
+    })
+    .await;
+    let gw = start(GatewayConfig::default()).await;
+    let key = gw
+        .open_task(
+            "hangup",
+            &backbone("gpt", &upstream.base_url()),
+            TaskBudget::default(),
+            None,
+        )
+        .unwrap();
+    let impatient = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    for body in [ask("plain"), {
+        let mut b = ask("streamed");
+        b["stream"] = json!(true);
+        b
+    }] {
+        let sent = impatient
+            .post(format!("{}/chat/completions", gw.base_url()))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .await;
+        assert!(sent.is_err(), "the client gives up before the answer");
+    }
+    // The upstream got both calls and answered them: both are charged, tokens and all.
+    let charged = eventually(Duration::from_secs(20), || {
+        gw.task_usage(&key).is_some_and(|u| u.calls == 2)
+    })
+    .await;
+    let usage = gw.task_usage(&key).unwrap();
+    assert!(charged, "{usage:?}");
+    assert_eq!((usage.tokens_in, usage.tokens_out), (20, 10), "{usage:?}");
+    assert_eq!(upstream.requests().len(), 2);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_without_usage_is_charged_an_estimate_and_counted() {
+    let answer = json!({"id": "x", "object": "chat.completion", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "a".repeat(400)}, "finish_reason": "stop"}
+    ]});
+    let upstream = ScriptedUpstream::start(move |_| ScriptedReply::Status {
+        code: 200,
+        retry_after_s: None,
+        body: answer.to_string(),
+    })
+    .await;
+    let gw = start(GatewayConfig::default()).await;
+    let budget = TaskBudget {
+        max_tokens: Some(150),
+        ..TaskBudget::default()
+    };
+    let key = gw
+        .open_task(
+            "nousage",
+            &backbone("gpt", &upstream.base_url()),
+            budget,
+            None,
+        )
+        .unwrap();
+    let (status, _, _) = chat(&gw, &key, &ask(&"q".repeat(40))).await;
+    assert_eq!(status, 200);
+    let usage = gw.task_usage(&key).unwrap();
+    assert_eq!(usage.calls, 1);
+    assert_eq!(usage.calls_without_usage, 1);
+    assert_eq!((usage.tokens_in, usage.tokens_out), (10, 100), "{usage:?}");
+    assert!(usage.cost_usd > 0.0, "{usage:?}");
+    // The estimate counts against the budget: 110 of 150 tokens used, the next call may go,
+    // and after it the budget is spent.
+    let (status, _, _) = chat(&gw, &key, &ask(&"q".repeat(40))).await;
+    assert_eq!(status, 200);
+    let (status, _, body) = chat(&gw, &key, &ask("again")).await;
+    assert_eq!(status, 402, "{body}");
+    gw.shutdown().await;
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_tasks_leave_no_open_files_and_bounded_state() {
+    let upstream = ScriptedUpstream::start(|_| ScriptedReply::text("ok")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let gw = start(GatewayConfig {
+        transcripts: Some(dir.path().to_path_buf()),
+        ..GatewayConfig::default()
+    })
+    .await;
+    let spec = backbone("gpt", &upstream.base_url());
+    let before = open_fds();
+    let mut peak_retained = 0;
+    for i in 0..10_000 {
+        let key = gw
+            .open_task(&format!("t{i}"), &spec, TaskBudget::default(), None)
+            .unwrap();
+        // Every 20th task makes a call, so its transcript is written to.
+        if i % 20 == 0 {
+            assert_eq!(chat(&gw, &key, &ask("hi")).await.0, 200);
+        }
+        let usage = gw.close_task(&key).unwrap();
+        assert_eq!(usage.calls, u64::from(i % 20 == 0));
+        peak_retained = peak_retained.max(gw.retained_tasks().1);
+    }
+    // Each task had its transcript file open; none stays open after its task ends.
+    let after = open_fds();
+    assert!(
+        after <= before + 16,
+        "file descriptors grew from {before} to {after} over 10,000 tasks"
+    );
+    assert_eq!(gw.retained_tasks().0, 0, "no open task left");
+    assert!(
+        peak_retained <= reprobench_agent_node::gateway::RETIRED_NAMES_KEPT,
+        "{peak_retained}"
+    );
+    // Totals still count every call, and per-task usage lists the latest tasks by name.
+    assert_eq!(gw.totals().calls, 500);
+    let per_task = get_json(&gw, "/v1/usage?per_task=true").await;
+    let tasks = per_task["tasks"].as_object().unwrap();
+    assert!(
+        tasks.contains_key("t9980"),
+        "the latest closed task is listed"
+    );
+    let listed: u64 = tasks.values().map(|u| u["calls"].as_u64().unwrap()).sum();
+    assert_eq!(
+        listed, 500,
+        "listed tasks and the earlier sum account for every call"
+    );
+    let lines = std::fs::read_to_string(dir.path().join("t9980.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), 1);
+    gw.shutdown().await;
+}

@@ -177,25 +177,85 @@ pub fn load(paths: &[impl AsRef<Path>]) -> Result<DataFrame, String> {
     Ok(all)
 }
 
+/// Columns a result row must have: an object without them is not a result row (a predictions
+/// file, say), and a null in one of them is an error.
+pub const REQUIRED_COLUMNS: &[&str] = &[
+    "run_id",
+    "dataset",
+    "instance_id",
+    "agent",
+    "variant",
+    "success",
+    "verdict",
+];
+
 /// Parses result rows from JSONL (or a JSON array); every bad line is an error naming it.
+/// Required columns must be there and not null; other columns may be null (read as empty) or
+/// missing; columns outside the schema are ignored, with one warning per file on stderr.
 pub fn parse_jsonl(name: &str, text: &str) -> Result<Vec<ResultRow>, String> {
-    if text.trim_start().starts_with('[') {
-        return serde_json::from_str(text)
-            .map_err(|e| format!("{name}: not a JSON array of result rows: {e}"));
-    }
+    let mut unknown = std::collections::BTreeSet::new();
     let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
+    if text.trim_start().starts_with('[') {
+        let values: Vec<serde_json::Value> = serde_json::from_str(text)
+            .map_err(|e| format!("{name}: not a JSON array of result rows: {e}"))?;
+        for (i, v) in values.into_iter().enumerate() {
+            rows.push(row_from_value(v, &mut unknown).map_err(|e| {
+                format!(
+                    "{name}: element {i} of the array: not a result row ({e}); fix or delete it"
+                )
+            })?);
         }
-        rows.push(serde_json::from_str(line).map_err(|e| {
-            format!(
-                "{name}:{}: not a result row ({e}); fix or delete this line",
-                i + 1
-            )
-        })?);
+    } else {
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let row = serde_json::from_str(line)
+                .map_err(|e| e.to_string())
+                .and_then(|v| row_from_value(v, &mut unknown));
+            rows.push(row.map_err(|e| {
+                format!(
+                    "{name}:{}: not a result row ({e}); fix or delete this line",
+                    i + 1
+                )
+            })?);
+        }
+    }
+    if !unknown.is_empty() {
+        let list: Vec<&str> = unknown.iter().map(String::as_str).collect();
+        eprintln!(
+            "warning: {name}: ignoring columns that are not in the results schema: {}",
+            list.join(", ")
+        );
     }
     Ok(rows)
+}
+
+/// One JSON object as a result row (see [`parse_jsonl`] for the rules); `unknown` collects the
+/// names of columns outside the schema.
+fn row_from_value(
+    v: serde_json::Value,
+    unknown: &mut std::collections::BTreeSet<String>,
+) -> Result<ResultRow, String> {
+    let serde_json::Value::Object(mut obj) = v else {
+        return Err("a JSON object per row is expected".into());
+    };
+    for col in REQUIRED_COLUMNS {
+        match obj.get(*col) {
+            None => return Err(format!("missing column `{col}`")),
+            Some(serde_json::Value::Null) => return Err(format!("column `{col}` is null")),
+            Some(_) => {}
+        }
+    }
+    // A null in a nullable column reads as its empty value; `details_json` never travels in rows.
+    obj.retain(|k, v| {
+        let known = COLUMNS.contains(&k.as_str());
+        if !known && k != "details_json" {
+            unknown.insert(k.clone());
+        }
+        known && !v.is_null()
+    });
+    serde_json::from_value(serde_json::Value::Object(obj)).map_err(|e| e.to_string())
 }
 
 /// Reads result rows from files (JSONL, JSON array, or Parquet) into the schema's rows.
@@ -353,6 +413,28 @@ pub fn write_parquet(rows: &[ResultRow], out: impl std::io::Write) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_need_their_required_columns_and_take_nulls_and_unknown_columns() {
+        let row = r#"{"run_id":"r","dataset":"d","instance_id":"i","agent":"a","variant":"full","success":true,"verdict":"F->P","artifact_path":null,"error_class":null,"wall_s":null,"extra":1}"#;
+        let rows = parse_jsonl("results.jsonl", row).unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].artifact_path, "");
+        assert!(rows[0].success);
+
+        // A predictions file is not a table of zeros.
+        let pred = "\n{\"instance_id\":\"i\",\"model_name_or_path\":\"m\",\"model_patch\":\"\"}";
+        let err = parse_jsonl("preds.jsonl", pred).unwrap_err();
+        assert!(
+            err.starts_with("preds.jsonl:2:") && err.contains("missing column `run_id`"),
+            "{err}"
+        );
+        let null_required = row.replace(r#""verdict":"F->P""#, r#""verdict":null"#);
+        let err = parse_jsonl("r.jsonl", &null_required).unwrap_err();
+        assert!(err.contains("column `verdict` is null"), "{err}");
+        let err = parse_jsonl("a.json", &format!("[{row}, 3]")).unwrap_err();
+        assert!(err.contains("element 1"), "{err}");
+    }
 
     #[test]
     fn jsonl_and_parquet_round_trip_through_the_schema() {

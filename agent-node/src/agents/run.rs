@@ -213,7 +213,7 @@ pub async fn run_builtin(
                 )
             }
             "zero-shot-plus" => {
-                let context = retrieved_context(&ws, &brief.problem_statement);
+                let context = retrieved_context(&ws, &brief.problem_statement).await;
                 let out = baselines::zero_shot_plus(&brief, &context, &mut llm).await;
                 baseline_result(out, setup.artifacts, "zero-shot-plus.json")
             }
@@ -300,9 +300,13 @@ fn llm_failure(stopped_by: Option<&str>) -> Option<(FailureClass, String, String
 }
 
 /// The BM25-retrieved code shown to `zero-shot-plus`: the top chunks for the issue text.
-pub fn retrieved_context(ws: &SandboxWorkspace, issue: &str) -> String {
-    let tb = ws.toolbox();
-    let chunks = bm25::retrieve(tb.repo(), tb.graph(), issue, 5);
+/// The code graph's build and the retrieval run on a blocking thread, off the runtime's workers.
+pub async fn retrieved_context(ws: &SandboxWorkspace, issue: &str) -> String {
+    let (tb, issue) = (ws.shared_toolbox(), issue.to_string());
+    let chunks =
+        tokio::task::spawn_blocking(move || bm25::retrieve(tb.repo(), tb.graph(), &issue, 5))
+            .await
+            .unwrap_or_default();
     let mut out = String::new();
     for c in chunks {
         out.push_str(&format!(

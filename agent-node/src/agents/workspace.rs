@@ -15,7 +15,8 @@ const MAX_TOOL_OUTPUT: usize = 8_000;
 
 /// A workspace over one instance: its checkout (for reading) and its sandbox (for running).
 pub struct SandboxWorkspace {
-    tools: ToolBox,
+    /// Shared with the blocking threads the tools run on (walks, greps, code-graph builds).
+    tools: Arc<ToolBox>,
     sandbox: Arc<dyn Sandbox>,
     prepared: Prepared,
     test_cmd: String,
@@ -37,7 +38,7 @@ impl SandboxWorkspace {
         limits: Limits,
     ) -> SandboxWorkspace {
         SandboxWorkspace {
-            tools: ToolBox::new(checkout),
+            tools: Arc::new(ToolBox::new(checkout)),
             sandbox,
             prepared,
             test_cmd: test_cmd.to_string(),
@@ -51,6 +52,11 @@ impl SandboxWorkspace {
     /// The read-only tools (for retrieval by baselines).
     pub fn toolbox(&self) -> &ToolBox {
         &self.tools
+    }
+
+    /// The read-only tools, to move onto a blocking thread.
+    pub fn shared_toolbox(&self) -> Arc<ToolBox> {
+        self.tools.clone()
     }
 
     /// How many test runs and sandbox commands the agent made.
@@ -208,7 +214,15 @@ impl Workspace for SandboxWorkspace {
                 }
                 Err(e) => e,
             },
-            _ => self.tools.call(name, arguments).text,
+            // Repository walks, greps and the tree-sitter code graph are blocking work: they
+            // run off the runtime's workers, so the node's heartbeats never wait behind them.
+            _ => {
+                let (tools, name, arguments) =
+                    (self.tools.clone(), name.to_string(), arguments.to_string());
+                tokio::task::spawn_blocking(move || tools.call(&name, &arguments).text)
+                    .await
+                    .unwrap_or_else(|e| format!("error: the tool failed: {e}"))
+            }
         }
     }
 
@@ -219,13 +233,8 @@ impl Workspace for SandboxWorkspace {
         let diff = patch::new_file_diff(path, contents);
         let files = patch::diff_files(&diff);
         let directives = patch::test_directives(&files, &self.directive_style);
-        let nonce = format!("{:016x}", {
-            let mut h = reprobench_proto::swt::Fnv::default();
-            h.add(path);
-            h.add(contents);
-            h.add(&reprobench_proto::time::now_ms().to_string());
-            h.0
-        });
+        // Unguessable, so the agent's test cannot print the harness's markers itself.
+        let nonce = reprobench_proto::secret::random_hex(16);
         let (files, command) = script::build(&script::Plan {
             test_patch: Some(&diff),
             code_patch: None,
@@ -265,5 +274,64 @@ impl Workspace for SandboxWorkspace {
                 &out.output
             }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::process::ProcessSandbox;
+    use std::sync::atomic::AtomicU64;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn tool_calls_leave_the_runtime_free_for_other_tasks() {
+        // A checkout big enough that the code graph takes a while to build.
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        for i in 0..300 {
+            let pkg = repo.join(format!("pkg{}", i % 10));
+            std::fs::create_dir_all(&pkg).unwrap();
+            let body: String = (0..40)
+                .map(|j| format!("def f{i}_{j}(x):\n    return g{j}(x) + {j}\n\n"))
+                .collect();
+            std::fs::write(pkg.join(format!("m{i}.py")), body).unwrap();
+        }
+        let sandbox: Arc<dyn Sandbox> = Arc::new(ProcessSandbox::new(dir.path().join("cache")));
+        let prepared = Prepared::Checkout {
+            template: repo.clone(),
+            venv: dir.path().join("venv"),
+        };
+        let ws = SandboxWorkspace::new(
+            &repo,
+            sandbox,
+            prepared,
+            "pytest",
+            "pytest",
+            Limits::default(),
+        );
+        // On a one-thread runtime another task runs during the call only if the call's work is
+        // off the runtime's thread (a heartbeat, in a node).
+        let ticks = Arc::new(AtomicU64::new(0));
+        let ticker = {
+            let ticks = ticks.clone();
+            tokio::spawn(async move {
+                loop {
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        tokio::task::yield_now().await;
+        let before = ticks.load(Ordering::Relaxed);
+        let out = ws
+            .call_tool("code_graph", r#"{"op": "find", "name": "f299_39"}"#)
+            .await;
+        let during = ticks.load(Ordering::Relaxed) - before;
+        ticker.abort();
+        assert!(out.contains("m299.py"), "{out}");
+        assert!(
+            during > 0,
+            "the runtime ran nothing else while the tool worked"
+        );
     }
 }

@@ -111,7 +111,7 @@ struct Inner {
 impl Inner {
     /// Records `event` for `slot`; a restarted or retired slot loses its emulator process.
     fn event(&self, slot: &Slot, event: HealthEvent) -> Decision {
-        let d = self.pool.lock().expect("pool lock").on(slot, event);
+        let d = crate::lock(&self.pool).on(slot, event);
         if d != Decision::Keep {
             // Dropping the process kills it (kill_on_drop).
             self.processes
@@ -215,7 +215,7 @@ impl EmulatorExecutor {
 
     /// Slots currently in use.
     pub fn busy(&self) -> usize {
-        self.inner.pool.lock().expect("pool lock").busy()
+        crate::lock(&self.inner.pool).busy()
     }
 }
 
@@ -541,7 +541,7 @@ fn find_instance(
 async fn ensure_booted(guard: &mut SlotGuard, ready: bool) -> Result<(), Failure> {
     let inner = guard.inner.clone();
     let slot = guard.slot;
-    let cfg = inner.pool.lock().expect("pool lock").config.clone();
+    let cfg = crate::lock(&inner.pool).config.clone();
     let exited = inner
         .processes
         .lock()
@@ -664,9 +664,9 @@ async fn attempt(inner: Arc<Inner>, spec: AttemptSpec) -> AttemptEnd {
         Ok(x) => x,
         Err(f) => return failed(f, started_at_ms, start),
     };
-    let taken = inner.pool.lock().expect("pool lock").acquire_any();
+    let taken = crate::lock(&inner.pool).acquire_any();
     let Some((slot, ready)) = taken else {
-        let pool = inner.pool.lock().expect("pool lock");
+        let pool = crate::lock(&inner.pool);
         let f = Failure::new(
             FailureClass::Infra,
             "no_emulator",

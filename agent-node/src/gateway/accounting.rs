@@ -28,6 +28,10 @@ pub struct Usage {
     pub llm_seconds: f64,
     /// True when the answers came from a recorded transcript, not a live backbone.
     pub replay: bool,
+    /// Successful calls whose answer carried no `usage`: their tokens (and so their cost) are
+    /// estimates from the request's and the answer's text, about four characters a token.
+    #[serde(default)]
+    pub calls_without_usage: u64,
 }
 
 impl Usage {
@@ -43,7 +47,33 @@ impl Usage {
         self.budget_rejections += other.budget_rejections;
         self.llm_seconds += other.llm_seconds;
         self.replay |= other.replay;
+        self.calls_without_usage += other.calls_without_usage;
     }
+}
+
+/// Characters per token in the estimate used when an answer has no `usage`.
+pub const CHARS_PER_ESTIMATED_TOKEN: u64 = 4;
+
+/// Characters of the text a model reads or writes in `v`: strings under `content`, `text`,
+/// `arguments` and `reasoning_content`, anywhere inside it.
+fn text_chars(v: &Value) -> u64 {
+    match v {
+        Value::Array(items) => items.iter().map(text_chars).sum(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| match (k.as_str(), v) {
+                ("content" | "text" | "arguments" | "reasoning_content", Value::String(s)) => {
+                    s.chars().count() as u64
+                }
+                _ => text_chars(v),
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
+fn chars_to_tokens(chars: u64) -> u64 {
+    chars.div_ceil(CHARS_PER_ESTIMATED_TOKEN)
 }
 
 /// Token counts of one completion, as reported by the upstream.
@@ -78,6 +108,28 @@ impl TokenCounts {
     /// Reads the `usage` of a chat-completion response (or stream chunk).
     pub fn from_response(response: &Value) -> Option<TokenCounts> {
         TokenCounts::from_usage(response.get("usage")?)
+    }
+
+    /// An estimate for a call whose answer had no `usage`: the request's messages (and tool
+    /// definitions) in, the answer's choices out (one answer, or a stream's chunks), at
+    /// [`CHARS_PER_ESTIMATED_TOKEN`] characters a token.
+    pub fn estimate(request: &Value, response: &Value) -> TokenCounts {
+        let tools = request
+            .get("tools")
+            .map_or(0, |t| t.to_string().chars().count() as u64);
+        let prompt = request.get("messages").map_or(0, text_chars) + tools;
+        let completion = match response {
+            Value::Array(chunks) => chunks
+                .iter()
+                .map(|c| c.get("choices").map_or(0, text_chars))
+                .sum(),
+            one => one.get("choices").map_or(0, text_chars),
+        };
+        TokenCounts {
+            prompt: chars_to_tokens(prompt),
+            completion: chars_to_tokens(completion),
+            cached: 0,
+        }
     }
 
     /// Dollars these tokens cost at `price` (cached input at the cached rate).
@@ -199,6 +251,35 @@ mod tests {
             output_per_mtok: 8.0,
             cached_input_per_mtok: 0.5,
         }
+    }
+
+    #[test]
+    fn an_answer_without_usage_is_charged_an_estimate_that_budgets_see() {
+        let request = json!({"messages": [
+            {"role": "system", "content": "x".repeat(400)},
+            {"role": "user", "content": [{"type": "text", "text": "y".repeat(399)}]}
+        ]});
+        let answer =
+            json!({"choices": [{"message": {"role": "assistant", "content": "z".repeat(81)}}]});
+        let est = TokenCounts::estimate(&request, &answer);
+        assert_eq!((est.prompt, est.completion), (200, 21));
+        // A stream's chunks count the same as one answer.
+        let chunks = json!([
+            {"choices": [{"delta": {"role": "assistant", "content": "z".repeat(40)}}]},
+            {"choices": [{"delta": {"content": "z".repeat(41)}}]},
+            {"choices": [{"delta": {}, "finish_reason": "stop"}]}
+        ]);
+        assert_eq!(TokenCounts::estimate(&request, &chunks), est);
+        let usage = est.as_call_usage(&price());
+        assert!(usage.cost_usd > 0.0);
+        let budget = TaskBudget {
+            max_cost_usd: Some(usage.cost_usd / 2.0),
+            ..TaskBudget::default()
+        };
+        assert_eq!(
+            budget.check(&usage, 0, Duration::ZERO).map_err(|b| b.which),
+            Err("cost"),
+        );
     }
 
     #[test]

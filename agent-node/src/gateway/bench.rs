@@ -33,6 +33,16 @@ pub struct BenchReport {
     pub added_p50_ms: f64,
     /// `gateway_p99_ms - direct_p99_ms`.
     pub added_p99_ms: f64,
+    /// Sequential streamed calls (`"stream": true`, read to the last byte) directly, median.
+    pub direct_stream_p50_ms: f64,
+    /// Sequential streamed calls directly, 99th percentile.
+    pub direct_stream_p99_ms: f64,
+    /// Sequential streamed calls through the gateway, median.
+    pub gateway_stream_p50_ms: f64,
+    /// Sequential streamed calls through the gateway, 99th percentile.
+    pub gateway_stream_p99_ms: f64,
+    /// `gateway_stream_p50_ms - direct_stream_p50_ms`.
+    pub added_stream_p50_ms: f64,
     /// Throughput calling the upstream directly.
     pub direct_calls_per_s: f64,
     /// Throughput through the gateway.
@@ -64,18 +74,32 @@ async fn one_call(
     }
 }
 
+/// `calls` sequential calls, each read to its last byte (`data: [DONE]` when `stream`).
 async fn sequential(
     client: &reqwest::Client,
     url: &str,
     key: &str,
+    stream: bool,
     calls: usize,
     errors: &mut usize,
 ) -> Vec<f64> {
-    let body = json!({"model": "bench", "messages": [{"role": "user", "content": "ping"}]});
+    let body = json!({"model": "bench", "stream": stream,
+                      "messages": [{"role": "user", "content": "ping"}]});
+    sequential_with(client, url, key, &body, calls, errors).await
+}
+
+async fn sequential_with(
+    client: &reqwest::Client,
+    url: &str,
+    key: &str,
+    body: &serde_json::Value,
+    calls: usize,
+    errors: &mut usize,
+) -> Vec<f64> {
     let mut latencies = Vec::with_capacity(calls);
     for _ in 0..calls {
         let start = Instant::now();
-        if !one_call(client, url, key, &body).await {
+        if !one_call(client, url, key, body).await {
             *errors += 1;
         }
         latencies.push(start.elapsed().as_secs_f64() * 1e3);
@@ -115,8 +139,8 @@ async fn throughput(
     calls as f64 / start.elapsed().as_secs_f64().max(1e-9)
 }
 
-/// Runs the benchmark: `calls` sequential calls each way, then `calls` calls by
-/// `concurrency` concurrent callers each way.
+/// Runs the benchmark: `calls` sequential calls each way, `calls` sequential streamed calls each
+/// way, then `calls` calls by `concurrency` concurrent callers each way.
 pub async fn run(calls: usize, concurrency: usize) -> BenchReport {
     let upstream = ScriptedUpstream::start(|_| ScriptedReply::text("pong")).await;
     let backbone = BackboneSpec {
@@ -153,12 +177,14 @@ pub async fn run(calls: usize, concurrency: usize) -> BenchReport {
     let gateway_url = format!("{}/chat/completions", gateway.base_url());
     let mut errors = 0;
     // Warm both connection pools.
-    sequential(&client, &direct_url, "none", 10, &mut errors).await;
-    sequential(&client, &gateway_url, &key, 10, &mut errors).await;
+    sequential(&client, &direct_url, "none", false, 10, &mut errors).await;
+    sequential(&client, &gateway_url, &key, false, 10, &mut errors).await;
     let warmup_calls = gateway.task_usage(&key).map_or(0, |u| u.calls);
 
-    let direct = sequential(&client, &direct_url, "none", calls, &mut errors).await;
-    let through = sequential(&client, &gateway_url, &key, calls, &mut errors).await;
+    let direct = sequential(&client, &direct_url, "none", false, calls, &mut errors).await;
+    let through = sequential(&client, &gateway_url, &key, false, calls, &mut errors).await;
+    let direct_stream = sequential(&client, &direct_url, "none", true, calls, &mut errors).await;
+    let through_stream = sequential(&client, &gateway_url, &key, true, calls, &mut errors).await;
     let direct_tp = throughput(
         &client,
         &direct_url,
@@ -174,6 +200,14 @@ pub async fn run(calls: usize, concurrency: usize) -> BenchReport {
 
     let (d50, d99) = (percentile(&direct, 0.5), percentile(&direct, 0.99));
     let (g50, g99) = (percentile(&through, 0.5), percentile(&through, 0.99));
+    let (ds50, ds99) = (
+        percentile(&direct_stream, 0.5),
+        percentile(&direct_stream, 0.99),
+    );
+    let (gs50, gs99) = (
+        percentile(&through_stream, 0.5),
+        percentile(&through_stream, 0.99),
+    );
     BenchReport {
         note: "scripted upstream (not a model) answering immediately on loopback".into(),
         calls,
@@ -184,6 +218,11 @@ pub async fn run(calls: usize, concurrency: usize) -> BenchReport {
         gateway_p99_ms: g99,
         added_p50_ms: g50 - d50,
         added_p99_ms: g99 - d99,
+        direct_stream_p50_ms: ds50,
+        direct_stream_p99_ms: ds99,
+        gateway_stream_p50_ms: gs50,
+        gateway_stream_p99_ms: gs99,
+        added_stream_p50_ms: gs50 - ds50,
         direct_calls_per_s: direct_tp,
         gateway_calls_per_s: gateway_tp,
         gateway_metered_calls: metered,
@@ -208,7 +247,9 @@ mod tests {
     async fn small_run_meters_every_gateway_call() {
         let report = run(20, 4).await;
         assert_eq!(report.errors, 0);
-        assert_eq!(report.gateway_metered_calls, 40);
+        // Plain sequential, streamed sequential and concurrent calls, 20 each.
+        assert_eq!(report.gateway_metered_calls, 60);
+        assert!(report.gateway_stream_p99_ms >= report.gateway_stream_p50_ms);
         assert!(report.gateway_calls_per_s > 0.0 && report.direct_calls_per_s > 0.0);
         assert!(report.gateway_p99_ms >= report.gateway_p50_ms);
     }

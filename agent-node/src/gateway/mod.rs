@@ -18,14 +18,15 @@ pub mod upstream;
 
 pub use accounting::{TaskBudget, TokenCounts, Usage};
 
+use axum::serve::ListenerExt;
 use metrics::Metrics;
 use replay::ReplayIndex;
 use reprobench_proto::sweep::BackboneSpec;
 use reprobench_proto::swt::Fnv;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 use transcript::{TranscriptWriter, sanitize_task_name};
@@ -132,6 +133,46 @@ pub(crate) struct Task {
 pub(crate) struct TaskState {
     pub usage: Usage,
     pub in_flight: u64,
+    /// Closed: its usage was handed back and retired; calls still finishing charge the
+    /// retired figures too.
+    pub closed: bool,
+}
+
+/// Closed tasks' usage, kept small: the latest [`RETIRED_NAMES_KEPT`] by name, the rest summed.
+#[derive(Default)]
+struct Retired {
+    /// Every closed task's usage, summed.
+    all: Usage,
+    by_name: HashMap<String, Usage>,
+    /// Names in `by_name`, oldest first.
+    order: VecDeque<String>,
+    /// Closed tasks no longer listed by name, summed.
+    earlier: Usage,
+}
+
+/// Closed tasks listed by name in `/v1/usage?per_task=true`; older ones are summed under
+/// [`EARLIER_TASKS`]. A node running a long sweep keeps no per-task state beyond this.
+pub const RETIRED_NAMES_KEPT: usize = 1024;
+/// The name under which closed tasks no longer listed one by one are summed.
+pub const EARLIER_TASKS: &str = "(earlier closed tasks)";
+
+impl Retired {
+    fn add(&mut self, name: &str, usage: &Usage) {
+        self.all.add(usage);
+        if let Some(u) = self.by_name.get_mut(name) {
+            u.add(usage);
+            return;
+        }
+        self.by_name.insert(name.to_string(), usage.clone());
+        self.order.push_back(name.to_string());
+        while self.order.len() > RETIRED_NAMES_KEPT {
+            if let Some(old) = self.order.pop_front()
+                && let Some(u) = self.by_name.remove(&old)
+            {
+                self.earlier.add(&u);
+            }
+        }
+    }
 }
 
 /// State shared by the HTTP handlers and the [`Gateway`] handle.
@@ -139,17 +180,15 @@ pub(crate) struct Shared {
     pub config: GatewayConfig,
     client: reqwest::Client,
     keys: Mutex<HashMap<String, Arc<Task>>>,
+    /// Closed keys, kept in open mode only (so a closed key does not become a task again).
     closed: Mutex<HashSet<String>>,
-    tasks: Mutex<Vec<Arc<Task>>>,
+    retired: Mutex<Retired>,
     upstreams: Mutex<HashMap<String, Arc<Upstream>>>,
     pub replay: Option<Mutex<ReplayIndex>>,
     pub metrics: Mutex<Metrics>,
 }
 
-/// Locks a mutex, carrying on with the data if a panicking thread poisoned it.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use crate::lock;
 
 impl Shared {
     pub fn is_replay(&self) -> bool {
@@ -210,10 +249,10 @@ impl Shared {
                     ..Usage::default()
                 },
                 in_flight: 0,
+                closed: false,
             }),
             transcript,
         });
-        lock(&self.tasks).push(task.clone());
         Ok(task)
     }
 
@@ -257,10 +296,20 @@ impl Shared {
         names
     }
 
-    /// Usage per task name (tasks sharing a name are summed).
+    /// Usage per task name (tasks sharing a name are summed): open tasks, the latest closed
+    /// ones, and the earlier closed ones summed under [`EARLIER_TASKS`].
     pub fn usage_by_task(&self) -> BTreeMap<String, Usage> {
         let mut out: BTreeMap<String, Usage> = BTreeMap::new();
-        for task in lock(&self.tasks).iter() {
+        {
+            let retired = lock(&self.retired);
+            for (name, usage) in &retired.by_name {
+                out.entry(name.clone()).or_default().add(usage);
+            }
+            if retired.earlier != Usage::default() {
+                out.insert(EARLIER_TASKS.to_string(), retired.earlier.clone());
+            }
+        }
+        for task in self.open_tasks() {
             let usage = lock(&task.state).usage.clone();
             out.entry(task.name.clone()).or_default().add(&usage);
         }
@@ -273,10 +322,29 @@ impl Shared {
             replay: self.is_replay(),
             ..Usage::default()
         };
-        for task in lock(&self.tasks).iter() {
+        total.add(&lock(&self.retired).all);
+        for task in self.open_tasks() {
             total.add(&lock(&task.state).usage);
         }
         total
+    }
+
+    fn open_tasks(&self) -> Vec<Arc<Task>> {
+        lock(&self.keys).values().cloned().collect()
+    }
+
+    /// Charges `usage` to task `task`, and to the retired figures when the task is closed.
+    pub(crate) fn charge(&self, task: &Task, usage: &Usage) {
+        let mut state = lock(&task.state);
+        state.usage.add(usage);
+        if state.closed {
+            lock(&self.retired).add(&task.name, usage);
+        }
+    }
+
+    /// Open tasks, and closed tasks listed by name (for tests of what a long run retains).
+    pub fn retained(&self) -> (usize, usize) {
+        (lock(&self.keys).len(), lock(&self.retired).by_name.len())
     }
 }
 
@@ -316,6 +384,8 @@ impl Gateway {
         // upstreams work without process-wide setup.
         let client = reqwest::Client::builder()
             .pool_max_idle_per_host(256)
+            // Streamed answers are relayed as many small writes: no Nagle delay on either side.
+            .tcp_nodelay(true)
             .build()
             .map_err(|e| GatewayError::Client(e.to_string()))?;
         let shared = Arc::new(Shared {
@@ -323,7 +393,7 @@ impl Gateway {
             client,
             keys: Mutex::new(HashMap::new()),
             closed: Mutex::new(HashSet::new()),
-            tasks: Mutex::new(Vec::new()),
+            retired: Mutex::new(Retired::default()),
             upstreams: Mutex::new(HashMap::new()),
             replay: replay.map(Mutex::new),
             metrics: Mutex::new(Metrics::default()),
@@ -341,6 +411,13 @@ impl Gateway {
             addr: listen,
             source,
         })?;
+        // Without TCP_NODELAY each small write of a relayed stream waited on the client's
+        // delayed ACK (about 40 ms a call).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY on a gateway connection: {e}");
+            }
+        });
         let stop = Arc::new(Notify::new());
         let app = server::router(shared.clone());
         let stopped = stop.clone();
@@ -398,9 +475,22 @@ impl Gateway {
     pub fn close_task(&self, key: &str) -> Option<Usage> {
         let shared = &self.inner.shared;
         let task = lock(&shared.keys).remove(key)?;
-        lock(&shared.closed).insert(key.to_string());
-        let usage = lock(&task.state).usage.clone();
+        if shared.config.open {
+            lock(&shared.closed).insert(key.to_string());
+        }
+        let usage = {
+            let mut state = lock(&task.state);
+            state.closed = true;
+            lock(&shared.retired).add(&task.name, &state.usage);
+            state.usage.clone()
+        };
+        // The task's transcript file closes when its last call in flight ends.
         Some(usage)
+    }
+
+    /// Open tasks, and closed tasks still listed by name: what the gateway retains.
+    pub fn retained_tasks(&self) -> (usize, usize) {
+        self.inner.shared.retained()
     }
 
     /// Usage summed over every task, open or closed.
@@ -427,17 +517,8 @@ impl Gateway {
     }
 }
 
-/// A fresh unguessable virtual key, `rb-` and 32 hex digits.
+/// A fresh unguessable virtual key, `rb-` and 32 hex digits (panics when the OS's random number
+/// generator fails: a key derived from anything else could be guessed).
 fn new_virtual_key() -> String {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    let from_os = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    if !from_os {
-        bytes[..8].copy_from_slice(&upstream::random_u64().to_le_bytes());
-        bytes[8..].copy_from_slice(&upstream::random_u64().to_le_bytes());
-    }
-    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("rb-{hex}")
+    format!("rb-{}", reprobench_proto::secret::random_hex(16))
 }

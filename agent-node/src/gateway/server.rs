@@ -138,9 +138,12 @@ fn finish_call(shared: &Shared, task: &Task, call: CallRecord) {
     let success = (200..300).contains(&call.status);
     let mut usage = match (success, call.tokens) {
         (true, Some(tokens)) => tokens.as_call_usage(&task.backbone.price),
+        // No `usage` in the answer: a provider still bills it, so the call is charged an
+        // estimate (and counted as such), and budgets see it.
         (true, None) => Usage {
-            calls: 1,
-            ..Usage::default()
+            calls_without_usage: 1,
+            ..TokenCounts::estimate(&call.request, &call.response)
+                .as_call_usage(&task.backbone.price)
         },
         (false, _) => Usage {
             failed_calls: 1,
@@ -150,7 +153,7 @@ fn finish_call(shared: &Shared, task: &Task, call: CallRecord) {
     usage.retries = u64::from(call.attempts.saturating_sub(1));
     usage.llm_seconds = latency.as_secs_f64();
     usage.replay = call.replay;
-    lock(&task.state).usage.add(&usage);
+    shared.charge(task, &usage);
     {
         let mut metrics = lock(&shared.metrics);
         metrics.record_call(
@@ -260,6 +263,28 @@ async fn chat_completions(
     if shared.replay.is_some() {
         return replay_call(&shared, &task, call);
     }
+    // The upstream call and its metering run in a task of their own: when the client hangs up
+    // first, axum drops this handler, but the upstream (which a provider bills) still answers
+    // and is charged.
+    let forwarded = tokio::spawn(forward_and_meter(shared, task, call, in_flight, stream));
+    match forwarded.await {
+        Ok(reply) => reply,
+        Err(e) => error_response(
+            500,
+            "gateway_error",
+            &format!("the gateway's call task failed: {e}"),
+        ),
+    }
+}
+
+/// Forwards a call upstream, charges its answer to its task, and builds the client's reply.
+async fn forward_and_meter(
+    shared: AppState,
+    task: Arc<Task>,
+    call: CallRecord,
+    in_flight: InFlight,
+    stream: bool,
+) -> Response {
     let body = Bytes::from(call.request.to_string());
     match task
         .upstream

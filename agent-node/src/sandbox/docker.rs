@@ -109,13 +109,13 @@ static BUILD_LOCKS: LazyLock<Mutex<BuildLocks>> = LazyLock::new(Mutex::default);
 type BuildLocks = HashMap<String, Arc<tokio::sync::Mutex<()>>>;
 
 fn build_lock(tag: &str) -> Arc<tokio::sync::Mutex<()>> {
-    let mut locks = BUILD_LOCKS.lock().expect("build locks poisoned");
+    let mut locks = crate::lock(&BUILD_LOCKS);
     locks.entry(tag.to_string()).or_default().clone()
 }
 
 /// Forgets locks nobody holds or waits for, so the map does not grow with every recipe.
 fn drop_idle_locks() {
-    let mut locks = BUILD_LOCKS.lock().expect("build locks poisoned");
+    let mut locks = crate::lock(&BUILD_LOCKS);
     locks.retain(|_, l| Arc::strong_count(l) > 1);
 }
 
@@ -272,6 +272,10 @@ impl DockerSandbox {
 impl Sandbox for DockerSandbox {
     fn kind(&self) -> &'static str {
         "docker"
+    }
+
+    fn identity(&self) -> String {
+        format!("docker on {}", self.inner.cfg.base_image)
     }
 
     fn prepare(&self, recipe: &EnvRecipe) -> BoxFuture<Result<Prepared, SandboxError>> {
@@ -434,7 +438,7 @@ impl Inner {
     fn touch(&self, tags: &[&str]) {
         let now = unix_now();
         let snapshot = {
-            let mut usage = self.usage.lock().expect("usage poisoned");
+            let mut usage = crate::lock(&self.usage);
             for t in tags {
                 usage.insert(t.to_string(), now);
             }
@@ -479,12 +483,12 @@ impl Inner {
             {
                 Ok(_) => {
                     info!(image = %tag, "evicted image");
-                    self.usage.lock().expect("usage poisoned").remove(tag);
+                    crate::lock(&self.usage).remove(tag);
                 }
                 Err(e) => warn!(image = %tag, error = %e, "cannot evict image"),
             }
         }
-        let snapshot = self.usage.lock().expect("usage poisoned").clone();
+        let snapshot = crate::lock(&self.usage).clone();
         if let Err(e) = save_usage(&self.cfg.cache_dir.join(USAGE_FILE), &snapshot) {
             warn!(error = %e, "cannot record image use");
         }
@@ -505,8 +509,8 @@ impl Inner {
                 size_of.insert(t.clone(), s.size.max(0) as u64);
             }
         }
-        let usage = self.usage.lock().expect("usage poisoned").clone();
-        let pins = PINS.lock().expect("pins poisoned").clone();
+        let usage = crate::lock(&self.usage).clone();
+        let pins = crate::lock(&PINS).clone();
         let mut out = Vec::new();
         for s in listed {
             let kind = match s.labels.get(LAYER_LABEL).map(String::as_str) {
@@ -560,7 +564,7 @@ struct Pins {
 
 impl Pins {
     fn new(tags: &[&str]) -> Self {
-        let mut pins = PINS.lock().expect("pins poisoned");
+        let mut pins = crate::lock(&PINS);
         for t in tags {
             *pins.entry(t.to_string()).or_default() += 1;
         }
@@ -572,7 +576,7 @@ impl Pins {
 
 impl Drop for Pins {
     fn drop(&mut self) {
-        let mut pins = PINS.lock().expect("pins poisoned");
+        let mut pins = crate::lock(&PINS);
         for t in &self.tags {
             if let Some(n) = pins.get_mut(t) {
                 *n -= 1;

@@ -362,6 +362,17 @@ pub enum Prepared {
 pub trait Sandbox: Send + Sync {
     /// The executor kind this sandbox serves (`docker` or `process`).
     fn kind(&self) -> &'static str;
+    /// Everything about this sandbox, beyond a recipe and its limits, that can change what an
+    /// execution gives: its kind, and for docker its base image. Part of the cache key of
+    /// gold/base executions, so one sandbox's results are never reused by another.
+    fn identity(&self) -> String {
+        self.kind().to_string()
+    }
+    /// Set when this node runs executions it cannot isolate (allowed by an explicit flag): what
+    /// every report it produces must say.
+    fn isolation_note(&self) -> Option<String> {
+        None
+    }
     /// Builds (or finds cached) the environment for a recipe.
     fn prepare(
         &self,

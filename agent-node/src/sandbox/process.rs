@@ -38,6 +38,54 @@ pub struct ProcessSandbox {
     cache_dir: PathBuf,
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     as_nobody: bool,
+    /// How executions get a network namespace of their own (none when `isolation_problem`).
+    namespace: Namespace,
+    /// Why executions cannot be isolated on this node, if they cannot.
+    isolation_problem: Option<String>,
+    /// Run executions that cannot be isolated anyway (`--allow-unisolated-process`).
+    allow_unisolated: bool,
+}
+
+/// How an execution is cut off from the network.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Namespace {
+    /// `unshare(CLONE_NEWNET)`: the node runs as root with CAP_SYS_ADMIN.
+    Net,
+    /// `unshare(CLONE_NEWUSER | CLONE_NEWNET)`: an unprivileged node with user namespaces.
+    UserAndNet,
+}
+
+impl Namespace {
+    fn flags(self) -> libc::c_int {
+        match self {
+            Namespace::Net => libc::CLONE_NEWNET,
+            Namespace::UserAndNet => libc::CLONE_NEWUSER | libc::CLONE_NEWNET,
+        }
+    }
+}
+
+/// Whether a child can enter `ns` here: forks `/bin/sh -c 'exit 0'` that does; the error when not.
+fn probe_namespace(ns: Namespace) -> Result<(), String> {
+    let mut cmd = std::process::Command::new("/bin/sh");
+    cmd.args(["-c", "exit 0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let flags = ns.flags();
+    // SAFETY: only unshare, which is async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::unshare(flags) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    match cmd.status() {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("a probe in the namespace exited with {s}")),
+        Err(e) => Err(format!("unshare({ns:?}) failed: {e}")),
+    }
 }
 
 impl ProcessSandbox {
@@ -48,17 +96,55 @@ impl ProcessSandbox {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         let as_nobody = root && nobody_can_reach(&cache_dir);
-        if root && !as_nobody {
-            tracing::warn!(
-                cache = %cache_dir.display(),
-                "process sandbox: `nobody` cannot reach the cache directory, so executions run as root without a process limit; pick a --cache-dir under a world-traversable path"
-            );
+        let namespace = if root {
+            Namespace::Net
+        } else {
+            Namespace::UserAndNet
+        };
+        let isolation_problem = if root && !as_nobody {
+            Some(format!(
+                "`nobody` cannot reach the cache directory {}, so executions would run as root with the network and no process limit; pick a --cache-dir under a world-traversable path",
+                cache_dir.display()
+            ))
+        } else {
+            probe_namespace(namespace).err().map(|e| match namespace {
+                Namespace::Net => format!(
+                    "{e}: the node runs as root without CAP_SYS_ADMIN, so executions would keep the network; give the node CAP_SYS_ADMIN (a privileged container)"
+                ),
+                Namespace::UserAndNet => format!(
+                    "{e}: the node is not root and this kernel refuses it a user namespace, so executions would keep the network; run the node as root, or allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, or AppArmor's kernel.apparmor_restrict_unprivileged_userns=0)"
+                ),
+            })
+        };
+        if let Some(problem) = &isolation_problem {
+            tracing::warn!(%problem, "process sandbox: executions cannot be isolated on this node");
         }
         ProcessSandbox {
             cache_dir,
             locks: Mutex::new(HashMap::new()),
             as_nobody,
+            namespace,
+            isolation_problem,
+            allow_unisolated: false,
         }
+    }
+
+    /// The same sandbox, running executions it cannot isolate anyway when `allow` (the node's
+    /// `--allow-unisolated-process`); every report then says so.
+    pub fn allow_unisolated(mut self, allow: bool) -> ProcessSandbox {
+        self.allow_unisolated = allow;
+        self
+    }
+
+    /// Why executions cannot be isolated on this node, if they cannot.
+    pub fn isolation_problem(&self) -> Option<&str> {
+        self.isolation_problem.as_deref()
+    }
+
+    #[cfg(test)]
+    fn with_isolation_problem(mut self, problem: &str) -> ProcessSandbox {
+        self.isolation_problem = Some(problem.to_string());
+        self
     }
 
     /// Whether executions run as `nobody` in their own network namespace.
@@ -479,6 +565,14 @@ fn without_system_steps(cmd: &str, repo: &str) -> Result<String, SandboxError> {
     Ok(split.rest)
 }
 
+/// How one execution is isolated: the namespace it enters, and whether failures to isolate or
+/// limit it are tolerated.
+#[derive(Clone, Copy, Debug)]
+struct Isolation {
+    namespace: Option<Namespace>,
+    best_effort: bool,
+}
+
 /// Limits applied in the child between fork and exec (only async-signal-safe calls there).
 #[derive(Clone, Copy)]
 struct ChildLimits {
@@ -486,15 +580,32 @@ struct ChildLimits {
     address_space: u64,
     file_size: u64,
     as_nobody: bool,
+    /// The namespace to enter; `None` when the node runs executions unisolated (allowed).
+    namespace: Option<Namespace>,
+    /// Carry on when a limit or the namespace cannot be set (`--allow-unisolated-process`).
+    best_effort: bool,
 }
 
-fn set_limit(resource: libc::__rlimit_resource_t, value: u64) {
-    let lim = libc::rlimit {
-        rlim_cur: value as libc::rlim_t,
-        rlim_max: value as libc::rlim_t,
+/// Sets a hard and soft limit of `value`, or keeps a lower hard limit already in force.
+/// False when neither holds (the execution would run without that limit).
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> bool {
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
     };
-    // SAFETY: setrlimit with a valid struct; failure leaves the old limit, which is acceptable.
-    unsafe { libc::setrlimit(resource, &lim) };
+    // SAFETY: getrlimit and setrlimit with valid structs; both are async-signal-safe.
+    unsafe {
+        let value = if libc::getrlimit(resource, &mut current) == 0 {
+            (value as libc::rlim_t).min(current.rlim_max)
+        } else {
+            value as libc::rlim_t
+        };
+        let lim = libc::rlimit {
+            rlim_cur: value,
+            rlim_max: value,
+        };
+        libc::setrlimit(resource, &lim) == 0
+    }
 }
 
 fn read_capped(mut r: impl Read, cap: usize) -> (Vec<u8>, bool) {
@@ -584,6 +695,7 @@ fn exec_blocking(
     venv: &Path,
     req: ExecRequest,
     as_nobody: bool,
+    isolation: Isolation,
 ) -> Result<ExecOutput, SandboxError> {
     let started = Instant::now();
     let work_root = cache.join("work");
@@ -683,25 +795,40 @@ fn exec_blocking(
         address_space: req.limits.memory_mb.saturating_mul(1 << 20),
         file_size: req.limits.disk_mb.saturating_mul(1 << 20),
         as_nobody,
+        namespace: isolation.namespace,
+        best_effort: isolation.best_effort,
     };
     // SAFETY: only async-signal-safe libc calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
+            // Fails closed: a limit or a namespace that cannot be set stops the execution,
+            // unless the node was started with --allow-unisolated-process.
+            let refuse = || Err(std::io::Error::last_os_error());
             libc::setsid();
-            set_limit(libc::RLIMIT_AS, limits.address_space);
-            set_limit(libc::RLIMIT_FSIZE, limits.file_size);
-            set_limit(libc::RLIMIT_CORE, 0);
-            if limits.as_nobody {
-                // An empty network namespace: no route anywhere (best effort).
-                libc::unshare(libc::CLONE_NEWNET);
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(uid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
+            // Every limit is set (`&`, not `&&`), then checked.
+            let limited = set_limit(libc::RLIMIT_AS, limits.address_space)
+                & set_limit(libc::RLIMIT_FSIZE, limits.file_size)
+                & set_limit(libc::RLIMIT_CORE, 0);
+            if !limited && !limits.best_effort {
+                return refuse();
             }
-            set_limit(libc::RLIMIT_NPROC, limits.nproc);
+            // An empty network namespace: no route anywhere.
+            if let Some(ns) = limits.namespace
+                && libc::unshare(ns.flags()) != 0
+                && !limits.best_effort
+            {
+                return refuse();
+            }
+            if limits.as_nobody
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0)
+            {
+                return refuse();
+            }
+            if !set_limit(libc::RLIMIT_NPROC, limits.nproc) && !limits.best_effort {
+                return refuse();
+            }
             Ok(())
         });
     }
@@ -759,6 +886,20 @@ impl Sandbox for ProcessSandbox {
         "process"
     }
 
+    fn identity(&self) -> String {
+        match self.isolation_note() {
+            Some(_) => "process (unisolated)".into(),
+            None => "process".into(),
+        }
+    }
+
+    fn isolation_note(&self) -> Option<String> {
+        let problem = self.isolation_problem.as_ref()?;
+        self.allow_unisolated.then(|| {
+            format!("executions ran without isolation (--allow-unisolated-process): {problem}")
+        })
+    }
+
     fn prepare(&self, recipe: &EnvRecipe) -> BoxFuture<Result<Prepared, SandboxError>> {
         let cache = self.cache_dir.clone();
         let recipe = recipe.clone();
@@ -791,6 +932,22 @@ impl Sandbox for ProcessSandbox {
         let cache = self.cache_dir.clone();
         let prepared = prepared.clone();
         let as_nobody = self.as_nobody;
+        let isolation = match (&self.isolation_problem, self.allow_unisolated) {
+            (None, _) => Isolation {
+                namespace: Some(self.namespace),
+                best_effort: false,
+            },
+            (Some(_), true) => Isolation {
+                namespace: None,
+                best_effort: true,
+            },
+            (Some(problem), false) => {
+                let message = format!(
+                    "this node cannot isolate process executions, so it refuses to run them: {problem}. Or start the node with --allow-unisolated-process to run them with the network (every report then says so)"
+                );
+                return Box::pin(async move { Err(SandboxError::Infra(message)) });
+            }
+        };
         Box::pin(async move {
             let Prepared::Checkout { template, venv } = prepared else {
                 return Err(SandboxError::Infra(
@@ -798,7 +955,7 @@ impl Sandbox for ProcessSandbox {
                 ));
             };
             tokio::task::spawn_blocking(move || {
-                exec_blocking(&cache, &template, &venv, req, as_nobody)
+                exec_blocking(&cache, &template, &venv, req, as_nobody, isolation)
             })
             .await
             .map_err(|e| infra("execution task", e))?
@@ -1031,6 +1188,54 @@ mod tests {
             sb.exec(&prepared, bad).await,
             Err(SandboxError::BadInput(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn an_execution_that_cannot_be_isolated_is_refused_unless_the_node_allows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (bare, commit) = mirror(dir.path(), &[("a.py", "")]);
+        // As a root node without CAP_SYS_ADMIN finds at start (its probe's unshare fails).
+        let problem = "unshare(Net) failed: Operation not permitted (os error 1)";
+        let sb = ProcessSandbox::new(dir.path().join("cache")).with_isolation_problem(problem);
+        let prepared = sb.prepare(&recipe(bare, commit)).await.unwrap();
+        let err = sb
+            .exec(&prepared, req(&["true"], Duration::from_secs(30)))
+            .await
+            .unwrap_err();
+        let SandboxError::Infra(msg) = &err else {
+            panic!("{err:?}")
+        };
+        assert!(
+            msg.contains(problem) && msg.contains("--allow-unisolated-process"),
+            "{msg}"
+        );
+        assert_eq!(sb.isolation_note(), None, "nothing ran unisolated");
+        assert_eq!(sb.identity(), "process");
+
+        // Allowed explicitly: it runs, and says so (reports, cache key).
+        let sb = sb.allow_unisolated(true);
+        let out = sb
+            .exec(&prepared, req(&["echo", "ran"], Duration::from_secs(30)))
+            .await
+            .unwrap();
+        assert_eq!(out.output.trim(), "ran", "{}", out.output);
+        assert!(sb.isolation_note().unwrap().contains(problem));
+        assert_eq!(sb.identity(), "process (unisolated)");
+    }
+
+    #[test]
+    fn this_node_can_isolate_executions_when_it_runs_as_root() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: the probe's namespace needs root here");
+            return;
+        }
+        assert_eq!(probe_namespace(Namespace::Net), Ok(()));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let sb = ProcessSandbox::new(dir.path().join("cache"));
+        assert_eq!(sb.isolation_problem(), None);
     }
 
     #[tokio::test]

@@ -122,11 +122,9 @@ fn sandbox_error(e: SandboxError) -> AttemptEnd {
     }
 }
 
+/// The grading nonce: unguessable, from the OS's random number generator (no fallback).
 fn nonce() -> String {
-    let mut buf = [0u8; 8];
-    use std::io::Read;
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf));
-    buf.iter().map(|b| format!("{b:02x}")).collect::<String>() + &format!("{:x}", now_ms())
+    reprobench_proto::secret::random_hex(16)
 }
 
 fn fnv_hex(parts: &[&str]) -> String {
@@ -163,6 +161,28 @@ fn coverage_files(payload: &SwtPayload) -> Option<Vec<String>> {
     (!files.is_empty()).then_some(files)
 }
 
+/// The limits an execution ran under, as they enter its cache key: each can change what it
+/// gives (a test killed for memory, a log cut at the output cap).
+fn limits_key(l: &Limits) -> String {
+    format!(
+        "cpus={} memory_mb={} pids={} disk_mb={} timeout_ms={} max_output_bytes={}",
+        l.cpus,
+        l.memory_mb,
+        l.pids,
+        l.disk_mb,
+        l.timeout.as_millis(),
+        l.max_output_bytes
+    )
+}
+
+/// The cache key of a gold/base execution: a hash of everything that can change its result
+/// (the sandbox, its limits, tracing, the environment, the step and the patches), in `parts`.
+fn execution_cache_key(parts: &[&str]) -> String {
+    let mut all = vec!["swt-exec-v3"];
+    all.extend_from_slice(parts);
+    fnv_hex(&all)
+}
+
 impl SwtExecutor {
     fn cache_file(&self, job: &Job<'_>, step: &Step<'_>) -> Option<PathBuf> {
         if matches!(step.which, Which::Pred) {
@@ -171,11 +191,9 @@ impl SwtExecutor {
         // A traced execution depends on the files traced and on the tracer itself.
         let traced = coverage_files(job.payload)
             .map(|f| format!("{}\n{}", f.join("\n"), script::COVERAGE_TRACER));
-        // The output cap decides what of a long log is kept.
-        let cap = job.limits.max_output_bytes.to_string();
-        let key = fnv_hex(&[
-            "swt-exec-v2",
-            &cap,
+        let key = execution_cache_key(&[
+            &self.sandbox.identity(),
+            &limits_key(&job.limits),
             traced.as_deref().map_or("untraced", |f| f),
             &job.recipe.instance_key(),
             step.label,
@@ -474,6 +492,21 @@ impl SwtExecutor {
         left_out.extend(tree_gaps.iter().map(|g| g.describe(&inst.base_commit)));
         if !left_out.is_empty() {
             report["environment_left_out"] = serde_json::json!(left_out);
+        }
+        if let Some(note) = self.sandbox.isolation_note() {
+            report["isolation"] = note.into();
+        }
+        if let Some(p) = &product
+            && p.usage.calls_without_usage > 0
+        {
+            report["llm_calls_without_usage"] = p.usage.calls_without_usage.into();
+            report["llm_tokens_note"] = format!(
+                "{} of the agent's {} calls were answered without `usage`: their tokens and cost are estimates from the text ({} characters a token)",
+                p.usage.calls_without_usage,
+                p.usage.calls,
+                crate::gateway::accounting::CHARS_PER_ESTIMATED_TOKEN
+            )
+            .into();
         }
         let finish = |report: serde_json::Value,
                       success: bool,
@@ -819,5 +852,61 @@ impl Executor for SwtExecutor {
             gateway: self.gateway.clone(),
         };
         Box::pin(async move { this.evaluate(spec, ctx).await })
+    }
+}
+
+#[cfg(test)]
+mod cache_key_tests {
+    use super::*;
+
+    fn key(identity: &str, limits: &Limits) -> String {
+        execution_cache_key(&[identity, &limits_key(limits), "untraced", "env", "gold"])
+    }
+
+    #[test]
+    fn the_cache_key_changes_with_the_sandbox_and_every_limit() {
+        let base = Limits::default();
+        let k = key("process", &base);
+        // A process-executor result is not reused by a docker evaluation, nor across images.
+        assert_ne!(k, key("docker on reprobench/python-base:bookworm", &base));
+        assert_ne!(
+            key("docker on a:1", &base),
+            key("docker on a:2", &base),
+            "base image"
+        );
+        let variants = [
+            Limits {
+                cpus: base.cpus * 2.0,
+                ..base.clone()
+            },
+            Limits {
+                memory_mb: base.memory_mb + 1,
+                ..base.clone()
+            },
+            Limits {
+                pids: base.pids + 1,
+                ..base.clone()
+            },
+            Limits {
+                disk_mb: base.disk_mb + 1,
+                ..base.clone()
+            },
+            Limits {
+                timeout: base.timeout + Duration::from_secs(1),
+                ..base.clone()
+            },
+            Limits {
+                max_output_bytes: base.max_output_bytes + 1,
+                ..base.clone()
+            },
+        ];
+        for v in &variants {
+            assert_ne!(k, key("process", v), "{v:?}");
+        }
+        assert_eq!(k, key("process", &base.clone()), "stable");
+        let process = crate::sandbox::process::ProcessSandbox::new(
+            tempfile::tempdir().unwrap().path().join("c"),
+        );
+        assert_eq!(process.identity(), "process");
     }
 }

@@ -473,10 +473,7 @@ async fn drive(docker: &Docker, id: &str, spec: &Spec<'_>) -> Result<Driven, San
     {
         warn!(container = %id, "output did not end after the container stopped; keeping what came");
     }
-    let mut output = std::mem::replace(
-        &mut *collector.lock().expect("collector poisoned"),
-        Collector::new(0, false),
-    );
+    let mut output = std::mem::replace(&mut *crate::lock(&collector), Collector::new(0, false));
     output.finish();
     let command_start = match output.marker {
         Marker::Seen(at) => at,
