@@ -184,8 +184,9 @@ fn compare_exits_1_on_a_significant_drop_and_report_writes_one_html_file() {
     let write = |name: &str, ok: &dyn Fn(usize) -> bool| {
         let text: String = (0..60)
             .map(|i| {
-                serde_json::json!({"dataset": "d", "instance_id": format!("i{i}"), "agent": "a", "variant": "full",
-                                   "backbone": "b", "repeat": 0, "success": ok(i), "cost_usd": 0.1})
+                serde_json::json!({"run_id": name, "dataset": "d", "instance_id": format!("i{i}"), "agent": "a",
+                                   "variant": "full", "backbone": "b", "repeat": 0, "success": ok(i),
+                                   "verdict": if ok(i) { "resolved" } else { "unresolved" }, "cost_usd": 0.1})
                 .to_string()
                     + "\n"
             })
