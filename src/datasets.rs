@@ -670,7 +670,11 @@ async fn fetch_android_reports(name: &str, datasets_dir: &Path) -> Result<()> {
     }
     let mut fetched = 0usize;
     if !plan.jobs.is_empty() {
-        check_github_reachable(&base, &reports_dir)?;
+        // The DNS and TCP probe blocks: it runs on a blocking thread.
+        let (probe_base, probe_dir) = (base.clone(), reports_dir.clone());
+        tokio::task::spawn_blocking(move || check_github_reachable(&probe_base, &probe_dir))
+            .await
+            .context("the GitHub reachability probe stopped")??;
         let client = reqwest::Client::builder()
             .user_agent(concat!("reprobench/", env!("CARGO_PKG_VERSION")))
             .timeout(std::time::Duration::from_secs(60))

@@ -933,3 +933,145 @@ async fn ten_thousand_tasks_leave_no_open_files_and_bounded_state() {
     assert_eq!(lines.lines().count(), 1);
     gw.shutdown().await;
 }
+
+/// A TCP socket of this process: its local and peer address and whether TCP_NODELAY is on.
+struct OpenTcpSocket {
+    local: std::net::SocketAddr,
+    peer: Option<std::net::SocketAddr>,
+    nodelay: bool,
+}
+
+/// IPv4 address of a socket fd, from getsockname or getpeername.
+fn ipv4_of(
+    fd: libc::c_int,
+    get: unsafe extern "C" fn(
+        libc::c_int,
+        *mut libc::sockaddr,
+        *mut libc::socklen_t,
+    ) -> libc::c_int,
+) -> Option<std::net::SocketAddr> {
+    // SAFETY: the buffer and its length are valid for the call; a closed or non-socket fd
+    // makes the call fail, which is handled.
+    unsafe {
+        let mut storage: libc::sockaddr_storage = std::mem::zeroed();
+        let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        if get(fd, &mut storage as *mut _ as *mut libc::sockaddr, &mut len) != 0
+            || storage.ss_family as libc::c_int != libc::AF_INET
+        {
+            return None;
+        }
+        let v4 = &*(&storage as *const _ as *const libc::sockaddr_in);
+        let ip = std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+        Some(std::net::SocketAddr::from((ip, u16::from_be(v4.sin_port))))
+    }
+}
+
+/// Every IPv4 TCP socket this process holds open, read from /proc/self/fd.
+fn open_tcp_sockets() -> Vec<OpenTcpSocket> {
+    let mut sockets = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+        let Some(fd) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let is_socket = std::fs::read_link(entry.path())
+            .map(|t| t.to_string_lossy().starts_with("socket:"))
+            .unwrap_or(false);
+        if !is_socket {
+            continue;
+        }
+        let Some(local) = ipv4_of(fd, libc::getsockname) else {
+            continue;
+        };
+        let mut flag: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: flag and len are valid for the call; failure is handled.
+        let got = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::IPPROTO_TCP,
+                libc::TCP_NODELAY,
+                &mut flag as *mut _ as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if got != 0 {
+            continue;
+        }
+        sockets.push(OpenTcpSocket {
+            local,
+            peer: ipv4_of(fd, libc::getpeername),
+            nodelay: flag != 0,
+        });
+    }
+    sockets
+}
+
+/// A streamed answer is relayed as many small writes; with Nagle's algorithm on, each waited
+/// on the peer's delayed ACK (about 40 ms a call). Both of the gateway's sockets, the one it
+/// accepted from the agent and the one it opened to the upstream, must send at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_sockets_of_a_relayed_stream_send_small_writes_at_once() {
+    let upstream = ScriptedUpstream::start(|_| ScriptedReply::Message {
+        content: Some("one two three four five".into()),
+        tool_calls: vec![],
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        cached_tokens: 0,
+    })
+    .await;
+    let gw = start(GatewayConfig::default()).await;
+    let key = gw
+        .open_task(
+            "nodelay",
+            &backbone("gpt", &upstream.base_url()),
+            TaskBudget::default(),
+            None,
+        )
+        .unwrap();
+    let mut request = ask("stream please");
+    request["stream"] = json!(true);
+    // One client kept alive, so both connections stay open (pooled) while they are inspected.
+    let agent = client();
+    let response = agent
+        .post(format!("{}/chat/completions", gw.base_url()))
+        .bearer_auth(&key)
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    assert!(response.text().await.unwrap().contains("[DONE]"));
+
+    let upstream_addr: std::net::SocketAddr = upstream
+        .base_url()
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let sockets = open_tcp_sockets();
+    let accepted: Vec<_> = sockets
+        .iter()
+        .filter(|s| s.local == gw.local_addr() && s.peer.is_some())
+        .collect();
+    let to_upstream: Vec<_> = sockets
+        .iter()
+        .filter(|s| s.peer == Some(upstream_addr))
+        .collect();
+    assert!(!accepted.is_empty(), "the agent's connection is open");
+    assert!(!to_upstream.is_empty(), "the upstream connection is open");
+    assert!(
+        accepted.iter().all(|s| s.nodelay),
+        "TCP_NODELAY on the accepted socket"
+    );
+    assert!(
+        to_upstream.iter().all(|s| s.nodelay),
+        "TCP_NODELAY on the upstream socket"
+    );
+    drop(agent);
+}
