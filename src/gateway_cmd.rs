@@ -122,18 +122,53 @@ pub struct GatewayBenchArgs {
     /// Concurrent calls for the throughput figure.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Measure against this running OpenAI-compatible server (e.g. llama.cpp's with a real
+    /// model, `http://127.0.0.1:8080/v1`) instead of the scripted upstream; use a small `--calls`.
+    #[arg(long, value_name = "URL")]
+    upstream: Option<String>,
+    /// Model name sent to `--upstream`.
+    #[arg(long, default_value = "default", requires = "upstream")]
+    model: String,
+    /// `max_tokens` of each call to `--upstream`, kept small so the model's time varies little.
+    #[arg(long, default_value_t = 8, requires = "upstream")]
+    max_tokens: u32,
 }
 
-/// The gateway's added latency and throughput against a scripted upstream (not a model).
+/// The gateway's added latency and throughput against a scripted upstream (not a model), or
+/// against a running model server with `--upstream`.
 pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
-    let report = reprobench_agent_node::gateway::bench::run(a.calls, a.concurrency).await;
+    use reprobench_agent_node::gateway::bench::{BenchUpstream, run_against};
+    let target = match &a.upstream {
+        Some(url) => {
+            anyhow::ensure!(
+                url.starts_with("http://") || url.starts_with("https://"),
+                "--upstream {url}: give the server's base URL, e.g. http://127.0.0.1:8080/v1"
+            );
+            BenchUpstream::Server {
+                base_url: url.clone(),
+                model: a.model.clone(),
+                max_tokens: a.max_tokens,
+            }
+        }
+        None => BenchUpstream::Scripted,
+    };
+    let scripted = matches!(target, BenchUpstream::Scripted);
+    let report = run_against(target, a.calls, a.concurrency).await;
+    anyhow::ensure!(
+        scripted || report.errors < report.calls,
+        "bench gateway: every call to {} failed; is the server running? ({})",
+        a.upstream.as_deref().unwrap_or_default(),
+        report.note
+    );
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!("{}", serde_json::to_string_pretty(&report)?);
-        eprintln!(
-            "(upstream: reprobench's scripted OpenAI-compatible server on loopback, not a model)"
-        );
+        if scripted {
+            eprintln!(
+                "(upstream: reprobench's scripted OpenAI-compatible server on loopback, not a model)"
+            );
+        }
     }
     Ok(())
 }

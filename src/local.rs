@@ -255,6 +255,7 @@ pub fn backbone_from_env() -> Option<reprobench_proto::sweep::BackboneSpec> {
         max_concurrency: None,
         requests_per_minute: None,
         timeout_s: None,
+        text_only: false,
     })
 }
 

@@ -28,6 +28,7 @@ fn backbone(name: &str, base_url: &str) -> BackboneSpec {
         max_concurrency: None,
         requests_per_minute: None,
         timeout_s: None,
+        text_only: false,
     }
 }
 

@@ -47,6 +47,7 @@ fn api_key_reaches_upstream_but_no_transcript() {
             max_concurrency: None,
             requests_per_minute: None,
             timeout_s: None,
+            text_only: false,
         };
         let key = gw
             .open_task("secret", &spec, TaskBudget::default(), None)

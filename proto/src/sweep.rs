@@ -122,6 +122,10 @@ pub struct BackboneSpec {
     /// Seconds one upstream request may take before it is abandoned and retried (default 300).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_s: Option<u64>,
+    /// The model reads text only (e.g. a small local model): the gateway turns each message's
+    /// content parts into one string, with a note in place of each image (default false).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub text_only: bool,
 }
 
 /// Prices in dollars per million tokens.

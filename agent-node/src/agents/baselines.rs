@@ -121,6 +121,7 @@ fn stop_reason(e: &LlmError) -> String {
     match e {
         LlmError::Budget(_) => "budget".into(),
         LlmError::Failed(m) => format!("llm_error: {m}"),
+        LlmError::ContextLength(m) => format!("{}: {m}", super::CONTEXT_LENGTH_STOP),
     }
 }
 

@@ -77,6 +77,20 @@ pub fn parse_turn(body: &Value) -> Result<AssistantTurn, LlmError> {
     })
 }
 
+/// True when a 400 answer says the prompt is longer than the model's context window: OpenAI's
+/// and llama.cpp's `code: "context_length_exceeded"`, or a message that says so (vLLM,
+/// Ollama and others word it "maximum context length" or "context window").
+fn is_context_length_error(status: u16, body: &Value, message: &str) -> bool {
+    if status != 400 {
+        return false;
+    }
+    if body.pointer("/error/code").and_then(Value::as_str) == Some("context_length_exceeded") {
+        return true;
+    }
+    let message = message.to_ascii_lowercase();
+    message.contains("context length") || message.contains("context window")
+}
+
 /// Classifies a non-success answer of the gateway.
 pub fn error_of(status: u16, body: &Value) -> LlmError {
     let message = body
@@ -87,6 +101,8 @@ pub fn error_of(status: u16, body: &Value) -> LlmError {
     let kind = body.pointer("/error/type").and_then(Value::as_str);
     if status == 402 || kind == Some("budget_exceeded") {
         LlmError::Budget(message)
+    } else if is_context_length_error(status, body, &message) {
+        LlmError::ContextLength(message)
     } else {
         LlmError::Failed(format!("HTTP {status}: {message}"))
     }
@@ -147,6 +163,18 @@ mod tests {
         assert!(matches!(
             error_of(500, &json!({"error":{"message":"boom"}})),
             LlmError::Failed(m) if m.contains("500") && m.contains("boom")
+        ));
+        // llama.cpp's server, word for word.
+        let llama = json!({"error":{"message":"This model's maximum context length is 2048 tokens. However, you requested 3041 tokens (3031 in the messages, 10 in the completion). Please reduce the length of the messages or completion.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}});
+        assert!(matches!(error_of(400, &llama), LlmError::ContextLength(m) if m.contains("2048")));
+        let worded =
+            json!({"error":{"message":"prompt is longer than the model's context window"}});
+        assert!(matches!(error_of(400, &worded), LlmError::ContextLength(_)));
+        // The same words with another status are not a context-length error.
+        assert!(matches!(error_of(500, &llama), LlmError::Failed(_)));
+        assert!(matches!(
+            error_of(400, &json!({"error":{"message":"bad tools"}})),
+            LlmError::Failed(_)
         ));
     }
 }

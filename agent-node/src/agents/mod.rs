@@ -38,6 +38,13 @@ pub struct AssistantTurn {
     pub tool_calls: Vec<ToolCall>,
 }
 
+/// How an agent's `stopped_by` begins when the model refused a prompt as longer than its
+/// context window; the task then ends as an agent failure of class [`CONTEXT_LENGTH_CLASS`].
+pub const CONTEXT_LENGTH_STOP: &str = "context_length";
+
+/// The error class of a task whose agent stopped on a context-length refusal.
+pub const CONTEXT_LENGTH_CLASS: &str = "agent:context_length";
+
 /// Why a chat completion gave no turn.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LlmError {
@@ -48,6 +55,10 @@ pub enum LlmError {
     /// The call failed after the gateway's retries.
     #[error("LLM call failed: {0}")]
     Failed(String),
+    /// The model refused the prompt as longer than its context window: the agent's own
+    /// doing, final (the same prompt fails again on a retry).
+    #[error("the prompt exceeds the model's context window: {0}")]
+    ContextLength(String),
 }
 
 /// A chat-completions client (OpenAI message and tool formats).

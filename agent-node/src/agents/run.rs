@@ -294,9 +294,19 @@ fn baseline_result(out: baselines::BaselineOutcome, dir: &Path, file: &str) -> P
 /// An agent that stopped because its LLM calls failed (not its budget) hit an infrastructure
 /// failure: the task is retried.
 fn llm_failure(stopped_by: Option<&str>) -> Option<(FailureClass, String, String)> {
-    stopped_by
-        .filter(|s| s.starts_with("llm_error"))
-        .map(|s| (FailureClass::Infra, "llm_error".to_string(), s.to_string()))
+    let s = stopped_by?;
+    if s.starts_with("llm_error") {
+        Some((FailureClass::Infra, "llm_error".to_string(), s.to_string()))
+    } else if s.starts_with(super::CONTEXT_LENGTH_STOP) {
+        // The agent's prompt outgrew the model: final, as a retry sends the same prompt.
+        Some((
+            FailureClass::Agent,
+            super::CONTEXT_LENGTH_CLASS.to_string(),
+            s.to_string(),
+        ))
+    } else {
+        None
+    }
 }
 
 /// The BM25-retrieved code shown to `zero-shot-plus`: the top chunks for the issue text.
@@ -382,4 +392,24 @@ pub async fn run_external(
         None
     };
     Some(product)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_length_stop_is_a_final_agent_failure_and_a_failed_call_an_infra_one() {
+        let (class, error_class, _) =
+            llm_failure(Some("context_length: the prompt has 3041 tokens")).unwrap();
+        assert_eq!(class, FailureClass::Agent);
+        assert_eq!(error_class, crate::agents::CONTEXT_LENGTH_CLASS);
+        let (class, error_class, _) = llm_failure(Some("llm_error: HTTP 500: boom")).unwrap();
+        assert_eq!(
+            (class, error_class.as_str()),
+            (FailureClass::Infra, "llm_error")
+        );
+        assert_eq!(llm_failure(Some("budget")), None);
+        assert_eq!(llm_failure(None), None);
+    }
 }

@@ -90,6 +90,9 @@ pub enum AgentError {
     /// An LLM call failed after the gateway's retries.
     #[error("LLM call failed: {0}")]
     Llm(String),
+    /// The model refused a prompt as longer than its context window (final, not retried).
+    #[error("the prompt exceeds the model's context window: {0}")]
+    ContextLength(String),
 }
 
 /// What an android agent's run returns; the executor grades it by replaying `trace` on a fresh

@@ -166,6 +166,7 @@ async fn chat<L: Llm>(
             Ok(None)
         }
         Err(LlmError::Failed(m)) => Err(AgentError::Llm(m)),
+        Err(LlmError::ContextLength(m)) => Err(AgentError::ContextLength(m)),
     }
 }
 
@@ -963,6 +964,20 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(err, AgentError::Llm("HTTP 500".into()));
+
+        // A prompt the model refuses as too long ends the run as that, not as a failed call.
+        let mut llm =
+            ScriptedLlm::new(|_| Err(LlmError::ContextLength("2048 tokens at most".into())));
+        let err = adbgpt(
+            &mut llm,
+            &*dev,
+            &package,
+            &report.android_report(),
+            &meter(5),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err, AgentError::ContextLength("2048 tokens at most".into()));
     }
 
     #[tokio::test]

@@ -446,6 +446,11 @@ pub async fn run_on_device(
                     let mut f = match e {
                         AgentError::Device(e) => Failure::from(e),
                         AgentError::Llm(m) => Failure::new(FailureClass::Infra, "llm_error", m),
+                        AgentError::ContextLength(m) => Failure::new(
+                            FailureClass::Agent,
+                            crate::agents::CONTEXT_LENGTH_CLASS,
+                            m,
+                        ),
                     };
                     f.usage = Box::new(usage);
                     return Err(f);

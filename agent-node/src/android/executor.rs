@@ -61,9 +61,31 @@ impl SimExecutor {
     }
 }
 
+/// Runs one attempt; an attempt that ends in an error still says where its files (the LLM
+/// transcript among them) are and how long it ran.
 async fn run(setup: SimExecutor, spec: AttemptSpec) -> AttemptEnd {
     let started_at_ms = now_ms();
     let start = Instant::now();
+    let mut files = None;
+    let mut end = attempt(setup, spec, started_at_ms, start, &mut files).await;
+    if let (AttemptEnd::Finished(o), Some(dir)) = (&mut end, files)
+        && o.artifact_path.is_empty()
+    {
+        o.artifact_path = dir.display().to_string();
+        o.wall_s = start.elapsed().as_secs_f64();
+        o.started_at_ms = started_at_ms;
+        o.finished_at_ms = now_ms();
+    }
+    end
+}
+
+async fn attempt(
+    setup: SimExecutor,
+    spec: AttemptSpec,
+    started_at_ms: i64,
+    start: Instant,
+    files: &mut Option<PathBuf>,
+) -> AttemptEnd {
     let payload: AndroidPayload = match serde_json::from_str(&spec.payload_json) {
         Ok(p) => p,
         Err(e) => {
@@ -124,6 +146,7 @@ async fn run(setup: SimExecutor, spec: AttemptSpec) -> AttemptEnd {
         .join(&payload.instance_id)
         .join(format!("t{}-e{}", spec.attempt.task_id, spec.attempt.epoch));
     let _ = std::fs::create_dir_all(&artifact_dir);
+    *files = Some(artifact_dir.clone());
     let max_actions = payload.max_actions as usize;
     let budget = Duration::from_secs_f64(payload.max_minutes.max(0.0) * 60.0);
     let dev: &dyn Device = &device;
@@ -198,11 +221,17 @@ async fn run(setup: SimExecutor, spec: AttemptSpec) -> AttemptEnd {
             outcome.cost_usd = u.cost_usd;
             let run = match agent_run {
                 Ok(run) => run,
-                Err(AgentError::Device(e)) => {
-                    return error(FailureClass::Infra, "device", e.to_string());
-                }
-                Err(AgentError::Llm(m)) => {
-                    let mut end = error(FailureClass::Infra, "llm_error", m);
+                Err(failed) => {
+                    // The calls made before the failure are charged to the attempt all the same.
+                    let (class, error_class, m) = match failed {
+                        // The prompt outgrew the model: an agent failure, final.
+                        AgentError::ContextLength(m) => {
+                            (FailureClass::Agent, crate::agents::CONTEXT_LENGTH_CLASS, m)
+                        }
+                        AgentError::Llm(m) => (FailureClass::Infra, "llm_error", m),
+                        AgentError::Device(e) => (FailureClass::Infra, "device", e.to_string()),
+                    };
+                    let mut end = error(class, error_class, m);
                     if let AttemptEnd::Finished(o) = &mut end {
                         o.llm_calls = outcome.llm_calls;
                         o.tokens_in = outcome.tokens_in;

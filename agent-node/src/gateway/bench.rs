@@ -1,5 +1,6 @@
-//! Gateway overhead benchmark: latency and throughput against a scripted upstream that
-//! answers immediately, called directly and through the gateway in the same run.
+//! Gateway overhead benchmark: latency and throughput against an upstream (a scripted one that
+//! answers immediately, or a running model server), called directly and through the gateway in
+//! the same run.
 
 use super::scripted::{ScriptedReply, ScriptedUpstream};
 use super::{Gateway, GatewayConfig, TaskBudget};
@@ -74,21 +75,41 @@ async fn one_call(
     }
 }
 
-/// `calls` sequential calls, each read to its last byte (`data: [DONE]` when `stream`).
-async fn sequential(
-    client: &reqwest::Client,
-    url: &str,
-    key: &str,
-    stream: bool,
-    calls: usize,
-    errors: &mut usize,
-) -> Vec<f64> {
-    let body = json!({"model": "bench", "stream": stream,
-                      "messages": [{"role": "user", "content": "ping"}]});
-    sequential_with(client, url, key, &body, calls, errors).await
+/// Where the benchmark's calls go.
+#[derive(Debug, Clone)]
+pub enum BenchUpstream {
+    /// reprobench's scripted server, started for the run, answering `pong` at once (not a model).
+    Scripted,
+    /// An OpenAI-compatible server that is already running, e.g. llama.cpp's with a real model;
+    /// each call asks `model` for at most `max_tokens` tokens at temperature 0.
+    Server {
+        /// Base URL, e.g. `http://127.0.0.1:8080/v1`.
+        base_url: String,
+        /// Model name sent with each call.
+        model: String,
+        /// `max_tokens` of each call.
+        max_tokens: u32,
+    },
 }
 
-async fn sequential_with(
+impl BenchUpstream {
+    /// The request body of one call.
+    fn body(&self, stream: bool) -> serde_json::Value {
+        let messages = json!([{"role": "user", "content": "Say pong."}]);
+        match self {
+            BenchUpstream::Scripted => {
+                json!({"model": "bench", "stream": stream, "messages": messages})
+            }
+            BenchUpstream::Server {
+                model, max_tokens, ..
+            } => json!({"model": model, "stream": stream, "messages": messages,
+                        "max_tokens": max_tokens, "temperature": 0.0}),
+        }
+    }
+}
+
+/// `calls` sequential calls, each read to its last byte (`data: [DONE]` when `stream`).
+async fn sequential(
     client: &reqwest::Client,
     url: &str,
     key: &str,
@@ -108,10 +129,40 @@ async fn sequential_with(
     latencies
 }
 
+/// The two ways a call goes: straight to the upstream, or through the gateway.
+struct Ways<'a> {
+    client: &'a reqwest::Client,
+    direct_url: &'a str,
+    gateway_url: &'a str,
+    key: &'a str,
+}
+
+impl Ways<'_> {
+    /// `calls` sequential calls each way, direct and through the gateway in turn, so a drift in
+    /// the upstream's speed (a real model's) reaches both alike; each list sorted.
+    async fn paired(
+        &self,
+        body: &serde_json::Value,
+        calls: usize,
+        errors: &mut usize,
+    ) -> (Vec<f64>, Vec<f64>) {
+        let (mut direct, mut through) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
+        for _ in 0..calls {
+            direct.extend(sequential(self.client, self.direct_url, "none", body, 1, errors).await);
+            through
+                .extend(sequential(self.client, self.gateway_url, self.key, body, 1, errors).await);
+        }
+        direct.sort_by(f64::total_cmp);
+        through.sort_by(f64::total_cmp);
+        (direct, through)
+    }
+}
+
 async fn throughput(
     client: &reqwest::Client,
     url: &str,
     key: &str,
+    body: &serde_json::Value,
     calls: usize,
     concurrency: usize,
     errors: &mut usize,
@@ -122,9 +173,8 @@ async fn throughput(
     let mut workers = Vec::new();
     for _ in 0..concurrency.max(1) {
         let (client, url, key) = (client.clone(), url.to_string(), key.to_string());
-        let (next, failed) = (next.clone(), failed.clone());
+        let (next, failed, body) = (next.clone(), failed.clone(), body.clone());
         workers.push(tokio::spawn(async move {
-            let body = json!({"model": "bench", "messages": [{"role": "user", "content": "ping"}]});
             while next.fetch_add(1, Ordering::Relaxed) < calls {
                 if !one_call(&client, &url, &key, &body).await {
                     failed.fetch_add(1, Ordering::Relaxed);
@@ -139,14 +189,47 @@ async fn throughput(
     calls as f64 / start.elapsed().as_secs_f64().max(1e-9)
 }
 
-/// Runs the benchmark: `calls` sequential calls each way, `calls` sequential streamed calls each
-/// way, then `calls` calls by `concurrency` concurrent callers each way.
+/// Runs the benchmark against the scripted upstream: `calls` sequential calls each way, `calls`
+/// sequential streamed calls each way, then `calls` calls by `concurrency` concurrent callers
+/// each way.
 pub async fn run(calls: usize, concurrency: usize) -> BenchReport {
-    let upstream = ScriptedUpstream::start(|_| ScriptedReply::text("pong")).await;
+    run_against(BenchUpstream::Scripted, calls, concurrency).await
+}
+
+/// [`run`] against `target`.
+pub async fn run_against(target: BenchUpstream, calls: usize, concurrency: usize) -> BenchReport {
+    let scripted = match target {
+        BenchUpstream::Scripted => {
+            Some(ScriptedUpstream::start(|_| ScriptedReply::text("pong")).await)
+        }
+        BenchUpstream::Server { .. } => None,
+    };
+    let (base_url, model, note) = match &target {
+        BenchUpstream::Server {
+            base_url,
+            model,
+            max_tokens,
+        } => (
+            base_url.trim_end_matches('/').to_string(),
+            model.clone(),
+            format!(
+                "model server at {base_url} (model {model}, max_tokens {max_tokens}, temperature 0)"
+            ),
+        ),
+        BenchUpstream::Scripted => (
+            scripted
+                .as_ref()
+                .map(ScriptedUpstream::base_url)
+                .unwrap_or_default(),
+            "scripted".to_string(),
+            "scripted upstream (not a model) answering immediately on loopback".to_string(),
+        ),
+    };
+    let (plain, streamed) = (target.body(false), target.body(true));
     let backbone = BackboneSpec {
-        name: "scripted-bench".into(),
-        base_url: upstream.base_url(),
-        model: "scripted".into(),
+        name: "bench".into(),
+        base_url: base_url.clone(),
+        model,
         api_key_env: None,
         price: Price {
             input_per_mtok: 1.0,
@@ -156,7 +239,8 @@ pub async fn run(calls: usize, concurrency: usize) -> BenchReport {
         params: BTreeMap::new(),
         max_concurrency: Some(concurrency.max(64) as u32),
         requests_per_minute: None,
-        timeout_s: Some(60),
+        timeout_s: Some(300),
+        text_only: false,
     };
     let gateway = Gateway::start(
         SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -170,31 +254,46 @@ pub async fn run(calls: usize, concurrency: usize) -> BenchReport {
     let client = reqwest::Client::builder()
         .no_proxy()
         .pool_max_idle_per_host(concurrency.max(64))
-        .timeout(Duration::from_secs(60))
+        .timeout(Duration::from_secs(300))
         .build()
         .expect("building the benchmark HTTP client");
-    let direct_url = format!("{}/chat/completions", upstream.base_url());
+    let direct_url = format!("{base_url}/chat/completions");
     let gateway_url = format!("{}/chat/completions", gateway.base_url());
     let mut errors = 0;
     // Warm both connection pools.
-    sequential(&client, &direct_url, "none", false, 10, &mut errors).await;
-    sequential(&client, &gateway_url, &key, false, 10, &mut errors).await;
+    let warmup = 10.min(calls.max(1));
+    sequential(&client, &direct_url, "none", &plain, warmup, &mut errors).await;
+    sequential(&client, &gateway_url, &key, &plain, warmup, &mut errors).await;
     let warmup_calls = gateway.task_usage(&key).map_or(0, |u| u.calls);
 
-    let direct = sequential(&client, &direct_url, "none", false, calls, &mut errors).await;
-    let through = sequential(&client, &gateway_url, &key, false, calls, &mut errors).await;
-    let direct_stream = sequential(&client, &direct_url, "none", true, calls, &mut errors).await;
-    let through_stream = sequential(&client, &gateway_url, &key, true, calls, &mut errors).await;
+    let ways = Ways {
+        client: &client,
+        direct_url: &direct_url,
+        gateway_url: &gateway_url,
+        key: &key,
+    };
+    let (direct, through) = ways.paired(&plain, calls, &mut errors).await;
+    let (direct_stream, through_stream) = ways.paired(&streamed, calls, &mut errors).await;
     let direct_tp = throughput(
         &client,
         &direct_url,
         "none",
+        &plain,
         calls,
         concurrency,
         &mut errors,
     )
     .await;
-    let gateway_tp = throughput(&client, &gateway_url, &key, calls, concurrency, &mut errors).await;
+    let gateway_tp = throughput(
+        &client,
+        &gateway_url,
+        &key,
+        &plain,
+        calls,
+        concurrency,
+        &mut errors,
+    )
+    .await;
     let metered = gateway.task_usage(&key).map_or(0, |u| u.calls) - warmup_calls;
     gateway.shutdown().await;
 
@@ -209,7 +308,7 @@ pub async fn run(calls: usize, concurrency: usize) -> BenchReport {
         percentile(&through_stream, 0.99),
     );
     BenchReport {
-        note: "scripted upstream (not a model) answering immediately on loopback".into(),
+        note,
         calls,
         concurrency,
         direct_p50_ms: d50,
@@ -252,5 +351,30 @@ mod tests {
         assert!(report.gateway_stream_p99_ms >= report.gateway_stream_p50_ms);
         assert!(report.gateway_calls_per_s > 0.0 && report.direct_calls_per_s > 0.0);
         assert!(report.gateway_p99_ms >= report.gateway_p50_ms);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_running_server_is_measured_with_the_model_and_max_tokens_asked_for() {
+        let server = ScriptedUpstream::start(|_| ScriptedReply::text("pong")).await;
+        let target = BenchUpstream::Server {
+            base_url: format!("{}/", server.base_url()),
+            model: "smollm2".into(),
+            max_tokens: 4,
+        };
+        let report = run_against(target, 5, 2).await;
+        assert_eq!(report.errors, 0);
+        assert_eq!(report.gateway_metered_calls, 15);
+        assert!(report.note.contains("model server"), "{}", report.note);
+        // Every call, direct or through the gateway, asked for the model and max_tokens given.
+        let requests = server.requests();
+        assert!(!requests.is_empty());
+        assert!(
+            requests
+                .iter()
+                .all(|r| r.body["max_tokens"] == 4 && r.body["temperature"] == 0.0),
+            "{:?}",
+            requests.first().map(|r| &r.body)
+        );
+        assert!(requests.iter().all(|r| r.body["model"] == "smollm2"));
     }
 }

@@ -66,10 +66,41 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     (!token.is_empty()).then_some(token)
 }
 
-/// Sets the backbone's model, adds its parameters the request does not set, and asks
-/// streams to report usage.
+/// What a text-only backbone gets in place of an image.
+pub const IMAGE_OMITTED: &str = "[image omitted: this model reads text only]";
+
+/// Turns every message's list of content parts into one string: text parts as they are, each
+/// image part as [`IMAGE_OMITTED`]. Returns how many images were left out.
+pub fn text_only_messages(messages: &mut Value) -> usize {
+    let mut omitted = 0;
+    for message in messages.as_array_mut().into_iter().flatten() {
+        let Some(parts) = message.get("content").and_then(Value::as_array) else {
+            continue;
+        };
+        let text: Vec<&str> = parts
+            .iter()
+            .map(|part| match part.get("type").and_then(Value::as_str) {
+                Some("text") => part.get("text").and_then(Value::as_str).unwrap_or(""),
+                _ => {
+                    omitted += 1;
+                    IMAGE_OMITTED
+                }
+            })
+            .collect();
+        message["content"] = json!(text.join("\n"));
+    }
+    omitted
+}
+
+/// Sets the backbone's model, adds its parameters the request does not set, asks streams to
+/// report usage, and gives a text-only backbone text only.
 fn rewrite_request(request: &mut serde_json::Map<String, Value>, task: &Task, stream: bool) {
     request.insert("model".into(), json!(task.backbone.model));
+    if task.backbone.text_only
+        && let Some(messages) = request.get_mut("messages")
+    {
+        text_only_messages(messages);
+    }
     for (name, value) in &task.backbone.params {
         if !request.contains_key(name)
             && let Ok(value) = serde_json::to_value(value)
@@ -530,4 +561,29 @@ async fn metrics(State(shared): State<AppState>) -> Response {
         text,
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_text_only_backbone_gets_strings_with_a_note_for_each_image() {
+        let mut messages = json!([
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "the screen:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                {"type": "text", "text": "what next?"},
+            ]},
+        ]);
+        assert_eq!(text_only_messages(&mut messages), 1);
+        assert_eq!(messages[0]["content"], "be brief");
+        assert_eq!(
+            messages[1]["content"],
+            format!("the screen:\n{IMAGE_OMITTED}\nwhat next?")
+        );
+        // Nothing left to change: a second pass omits nothing.
+        assert_eq!(text_only_messages(&mut messages), 0);
+    }
 }

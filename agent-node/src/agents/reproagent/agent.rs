@@ -257,6 +257,7 @@ enum Stop {
     Budget,
     FeedbackLimit,
     LlmFailed(String),
+    ContextLength(String),
 }
 
 impl Stop {
@@ -265,6 +266,7 @@ impl Stop {
             Stop::Budget => "budget".into(),
             Stop::FeedbackLimit => "feedback_limit".into(),
             Stop::LlmFailed(msg) => format!("llm_error: {msg}"),
+            Stop::ContextLength(msg) => format!("{}: {msg}", super::super::CONTEXT_LENGTH_STOP),
         }
     }
 }
@@ -597,6 +599,13 @@ impl<L: Llm, W: Workspace> Driver<'_, L, W> {
                 Err(LlmError::Failed(msg)) => {
                     self.note(stage, format!("LLM call failed: {msg}"));
                     return Err(Stop::LlmFailed(msg));
+                }
+                Err(LlmError::ContextLength(msg)) => {
+                    self.note(
+                        stage,
+                        format!("the prompt outgrew the model's context: {msg}"),
+                    );
+                    return Err(Stop::ContextLength(msg));
                 }
             };
             let content = turn.content.as_deref().unwrap_or("");

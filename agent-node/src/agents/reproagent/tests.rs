@@ -14,6 +14,7 @@ enum Reply {
     Tools(Vec<(&'static str, String)>),
     Budget,
     Fail(&'static str),
+    TooLong(&'static str),
 }
 
 fn text(s: &str) -> Reply {
@@ -99,6 +100,7 @@ impl Llm for ScriptedLlm {
             }),
             Reply::Budget => Err(LlmError::Budget("calls".into())),
             Reply::Fail(msg) => Err(LlmError::Failed(msg.into())),
+            Reply::TooLong(msg) => Err(LlmError::ContextLength(msg.into())),
         }
     }
 }
@@ -570,6 +572,19 @@ async fn an_llm_failure_stops_with_its_message() {
     let ws = FakeWorkspace::with_runs([failing_run()]);
     let outcome = run(&brief(), Variant::Full, &Limits::default(), &mut llm, &ws).await;
     assert_eq!(outcome.stopped_by.as_deref(), Some("llm_error: HTTP 500"));
+    assert!(outcome.root_cause.is_some());
+    assert_eq!(outcome.test_patch, None);
+}
+
+#[tokio::test]
+async fn a_prompt_too_long_for_the_model_stops_the_run_as_such() {
+    let mut llm = cooperative_llm().then(Stage::Planning, [Reply::TooLong("2048 tokens at most")]);
+    let ws = FakeWorkspace::with_runs([failing_run()]);
+    let outcome = run(&brief(), Variant::Full, &Limits::default(), &mut llm, &ws).await;
+    assert_eq!(
+        outcome.stopped_by.as_deref(),
+        Some("context_length: 2048 tokens at most")
+    );
     assert!(outcome.root_cause.is_some());
     assert_eq!(outcome.test_patch, None);
 }

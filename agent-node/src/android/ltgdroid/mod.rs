@@ -188,6 +188,7 @@ impl From<LlmError> for Stop {
         match e {
             LlmError::Budget(_) => Stop::Budget(Exhausted::Llm),
             LlmError::Failed(m) => Stop::Error(AgentError::Llm(m)),
+            LlmError::ContextLength(m) => Stop::Error(AgentError::ContextLength(m)),
         }
     }
 }
