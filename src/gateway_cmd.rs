@@ -154,12 +154,6 @@ pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
     };
     let scripted = matches!(target, BenchUpstream::Scripted);
     let report = run_against(target, a.calls, a.concurrency).await;
-    anyhow::ensure!(
-        scripted || report.errors < report.calls,
-        "bench gateway: every call to {} failed; is the server running? ({})",
-        a.upstream.as_deref().unwrap_or_default(),
-        report.note
-    );
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -170,5 +164,14 @@ pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
             );
         }
     }
+    // Printed first, so the figures of the calls that did answer are not lost.
+    anyhow::ensure!(
+        scripted || report.errors == 0,
+        "bench gateway: {} calls to {} failed (`errors` above); is the server running and does it \
+         serve model `{}`?",
+        report.errors,
+        a.upstream.as_deref().unwrap_or_default(),
+        a.model
+    );
     Ok(())
 }

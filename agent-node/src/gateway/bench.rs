@@ -108,25 +108,20 @@ impl BenchUpstream {
     }
 }
 
-/// `calls` sequential calls, each read to its last byte (`data: [DONE]` when `stream`).
-async fn sequential(
+/// One call, read to its last byte (`data: [DONE]` when streamed): its latency in milliseconds;
+/// a failed call counts in `errors`.
+async fn timed_call(
     client: &reqwest::Client,
     url: &str,
     key: &str,
     body: &serde_json::Value,
-    calls: usize,
     errors: &mut usize,
-) -> Vec<f64> {
-    let mut latencies = Vec::with_capacity(calls);
-    for _ in 0..calls {
-        let start = Instant::now();
-        if !one_call(client, url, key, body).await {
-            *errors += 1;
-        }
-        latencies.push(start.elapsed().as_secs_f64() * 1e3);
+) -> f64 {
+    let start = Instant::now();
+    if !one_call(client, url, key, body).await {
+        *errors += 1;
     }
-    latencies.sort_by(f64::total_cmp);
-    latencies
+    start.elapsed().as_secs_f64() * 1e3
 }
 
 /// The two ways a call goes: straight to the upstream, or through the gateway.
@@ -148,9 +143,8 @@ impl Ways<'_> {
     ) -> (Vec<f64>, Vec<f64>) {
         let (mut direct, mut through) = (Vec::with_capacity(calls), Vec::with_capacity(calls));
         for _ in 0..calls {
-            direct.extend(sequential(self.client, self.direct_url, "none", body, 1, errors).await);
-            through
-                .extend(sequential(self.client, self.gateway_url, self.key, body, 1, errors).await);
+            direct.push(timed_call(self.client, self.direct_url, "none", body, errors).await);
+            through.push(timed_call(self.client, self.gateway_url, self.key, body, errors).await);
         }
         direct.sort_by(f64::total_cmp);
         through.sort_by(f64::total_cmp);
@@ -260,18 +254,15 @@ pub async fn run_against(target: BenchUpstream, calls: usize, concurrency: usize
     let direct_url = format!("{base_url}/chat/completions");
     let gateway_url = format!("{}/chat/completions", gateway.base_url());
     let mut errors = 0;
-    // Warm both connection pools.
-    let warmup = 10.min(calls.max(1));
-    sequential(&client, &direct_url, "none", &plain, warmup, &mut errors).await;
-    sequential(&client, &gateway_url, &key, &plain, warmup, &mut errors).await;
-    let warmup_calls = gateway.task_usage(&key).map_or(0, |u| u.calls);
-
     let ways = Ways {
         client: &client,
         direct_url: &direct_url,
         gateway_url: &gateway_url,
         key: &key,
     };
+    // Warm both connection pools.
+    ways.paired(&plain, 10.min(calls.max(1)), &mut errors).await;
+    let warmup_calls = gateway.task_usage(&key).map_or(0, |u| u.calls);
     let (direct, through) = ways.paired(&plain, calls, &mut errors).await;
     let (direct_stream, through_stream) = ways.paired(&streamed, calls, &mut errors).await;
     let direct_tp = throughput(
