@@ -8,6 +8,7 @@ use clap::Args;
 use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
 use reprobench_proto::grading::{GradingSettings, Rules};
 use reprobench_proto::kind::SlotSpec;
+use reprobench_proto::registry::{self, Track};
 use reprobench_proto::sweep::{AgentSpec, EvalSettings, SweepSpec};
 use reprobench_proto::swt::{self, Prediction, RowError};
 use reprobench_proto::v1::SubmitRunRequest;
@@ -376,7 +377,8 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
     let known: BTreeSet<String> = ds.instances.iter().map(|i| i.instance_id.clone()).collect();
     let mut attachments = Attachments::new();
     let agent = match a.predictions.as_str() {
-        "gold" | "issue-snippet" => AgentSpec {
+        // The built-in agents that need no backbone (gold, issue-snippet).
+        name if registry::agent(Track::Swt, name).is_some_and(|a| !a.calls_llm) => AgentSpec {
             name: a.agent.clone().unwrap_or(a.predictions.clone()),
             variants: vec!["full".into()],
             predictions: None,

@@ -45,8 +45,10 @@ enum Command {
     /// Run the coordinator: store, scheduler, and the gRPC services nodes and users call.
     Serve(ServeArgs),
     /// Run an agent node that joins a coordinator and executes tasks in its slots.
+    #[command(after_long_help = reprobench_proto::registry::help_text())]
     Node(NodeArgs),
     /// Submit a sweep and wait for it, with progress on stderr.
+    #[command(after_long_help = reprobench_proto::registry::help_text())]
     Run(RunArgs),
     /// Show runs (or one run, with --attempts its attempts and their reasons).
     Status(StatusArgs),
@@ -159,27 +161,14 @@ pub struct SwtNodeArgs {
 }
 
 impl SwtNodeArgs {
-    /// The defaults, as if no flag was given.
+    /// The defaults, as if no flag was given (clap's, from the attributes above).
     pub fn defaults() -> SwtNodeArgs {
-        SwtNodeArgs {
-            repos: None,
-            cache_dir: None,
-            artifacts: None,
-            base_image: reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE.into(),
-            image_budget_gb: 20,
-            replay: None,
-            android_sim: None,
-            sim_latency_scale: 0.0,
-            preassess_replicas:
-                reprobench_agent_node::android::executor::DEFAULT_PREASSESS_REPLICAS,
-            emulator: None,
-            adb: None,
-            avd: None,
-            emulators: None,
-            apks: None,
-            android_datasets: None,
-            allow_unisolated_process: false,
+        #[derive(Parser)]
+        struct NoFlags {
+            #[command(flatten)]
+            node: SwtNodeArgs,
         }
+        NoFlags::parse_from(["reprobench"]).node
     }
 
     fn absolute(p: PathBuf) -> PathBuf {
@@ -237,54 +226,12 @@ impl SwtNodeArgs {
         s
     }
 
-    /// The same settings as `reprobench node` arguments (absolute paths), for local nodes.
+    /// The same settings as `reprobench node` arguments, for local nodes: one typed value
+    /// (`--settings-json`, paths absolute), so a node flag is defined in this struct only.
     pub fn node_args(&self) -> Vec<String> {
-        let s = self.settings();
-        vec![
-            "--repos".into(),
-            s.repos.display().to_string(),
-            "--cache-dir".into(),
-            s.cache_dir.display().to_string(),
-            "--artifacts".into(),
-            s.artifacts.display().to_string(),
-            "--base-image".into(),
-            s.docker.base_image.clone(),
-            "--image-budget-gb".into(),
-            self.image_budget_gb.to_string(),
-            "--android-sim".into(),
-            s.android_sim.display().to_string(),
-            "--sim-latency-scale".into(),
-            s.sim_latency_scale.to_string(),
-            "--preassess-replicas".into(),
-            s.preassess_replicas.to_string(),
-        ]
-        .into_iter()
-        .chain(
-            s.replay
-                .iter()
-                .flat_map(|r| ["--replay".to_string(), r.display().to_string()]),
-        )
-        .chain(s.emulator.iter().flat_map(|e| {
-            [
-                "--avd".to_string(),
-                e.avd.clone(),
-                "--emulator".into(),
-                e.emulator.display().to_string(),
-                "--adb".into(),
-                e.adb.display().to_string(),
-                "--emulators".into(),
-                e.emulators.to_string(),
-                "--apks".into(),
-                e.apks.display().to_string(),
-                "--android-datasets".into(),
-                e.datasets.display().to_string(),
-            ]
-        }))
-        .chain(
-            s.allow_unisolated_process
-                .then(|| "--allow-unisolated-process".to_string()),
-        )
-        .collect()
+        let settings = serde_json::to_string(&self.settings())
+            .expect("node settings are paths, numbers and strings");
+        vec!["--settings-json".into(), settings]
     }
 }
 
@@ -556,6 +503,10 @@ struct NodeArgs {
     /// idle pods first. The pod is POD_NAME in POD_NAMESPACE (the downward API).
     #[arg(long)]
     kubernetes: bool,
+    /// The node's settings as one JSON value, in place of the flags below: how `run`, `eval`
+    /// and `quickstart` start their local nodes.
+    #[arg(long, value_name = "JSON", hide = true, conflicts_with = "SwtNodeArgs")]
+    settings_json: Option<String>,
     #[command(flatten)]
     swt: SwtNodeArgs,
 }
@@ -825,7 +776,11 @@ async fn node(a: NodeArgs) -> Result<()> {
         slots: a.slots,
         drain_timeout: Duration::from_secs(a.drain_timeout_s),
         max_backoff: Duration::from_secs(5),
-        swt: a.swt.settings(),
+        swt: match &a.settings_json {
+            Some(json) => serde_json::from_str(json)
+                .context("--settings-json: not the node settings this binary writes")?,
+            None => a.swt.settings(),
+        },
         running_count: None,
     };
     let mut cfg = cfg;
@@ -1102,5 +1057,73 @@ mod tests {
     #[test]
     fn the_command_line_definition_is_consistent() {
         super::Cli::command().debug_assert();
+    }
+
+    fn node_command(args: &[&str]) -> Result<super::NodeArgs, clap::Error> {
+        use clap::Parser;
+        let base = [
+            "reprobench",
+            "node",
+            "--coordinator",
+            "http://x",
+            "--token-file",
+            "t",
+        ];
+        match super::Cli::try_parse_from(base.iter().chain(args))?.command {
+            super::Command::Node(a) => Ok(a),
+            _ => unreachable!("parsed `node`"),
+        }
+    }
+
+    /// A local node started with `node_args()` gets exactly the parent's settings, flags given
+    /// or not; and the typed value does not mix with the flags it stands for.
+    #[test]
+    fn local_nodes_get_the_settings_of_the_flags_as_one_value() {
+        let flags = [
+            "--repos",
+            "mirrors",
+            "--image-budget-gb",
+            "3",
+            "--sim-latency-scale",
+            "0.5",
+            "--avd",
+            "Pixel",
+            "--allow-unisolated-process",
+        ];
+        for given in [&flags[..], &[]] {
+            let parent = node_command(given).unwrap();
+            let child_args = parent.swt.node_args();
+            let refs: Vec<&str> = child_args.iter().map(String::as_str).collect();
+            let child = node_command(&refs).unwrap();
+            let json =
+                |s: &reprobench_agent_node::runtime::SwtSettings| serde_json::to_value(s).unwrap();
+            let got: reprobench_agent_node::runtime::SwtSettings =
+                serde_json::from_str(child.settings_json.as_deref().unwrap()).unwrap();
+            assert_eq!(json(&got), json(&parent.swt.settings()));
+        }
+        let parent = node_command(&flags).unwrap().swt.settings();
+        assert_eq!(parent.docker.disk_budget_bytes, 3 << 30);
+        assert!(parent.repos.is_absolute() && parent.repos.ends_with("mirrors"));
+        assert!(parent.emulator.is_some() && parent.allow_unisolated_process);
+        let mixed = node_command(&["--settings-json", "{}", "--repos", "r"]);
+        assert!(
+            mixed.is_err(),
+            "--settings-json with a flag it stands for must be refused"
+        );
+    }
+
+    /// `SwtNodeArgs::defaults()` is what no flag gives.
+    #[test]
+    fn the_node_defaults_are_the_flags_defaults() {
+        let d = super::SwtNodeArgs::defaults();
+        assert_eq!(d.image_budget_gb, 20);
+        assert_eq!(
+            d.base_image,
+            reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE
+        );
+        assert_eq!(
+            d.preassess_replicas,
+            reprobench_agent_node::android::executor::DEFAULT_PREASSESS_REPLICAS
+        );
     }
 }

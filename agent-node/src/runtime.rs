@@ -47,7 +47,8 @@ pub struct NodeConfig {
 }
 
 /// Settings of the SWT executors (`docker`, `process`).
-#[derive(Debug, Clone)]
+/// Serialized, it is the typed value `run`, `eval` and `quickstart` hand their local nodes.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SwtSettings {
     /// Directory of bare mirrors `OWNER__NAME.git`.
     pub repos: PathBuf,

@@ -3,6 +3,7 @@
 use crate::store::NewTask;
 use reprobench_proto::android::{self, AndroidPayload, AndroidRow};
 use reprobench_proto::grading::GradingSettings;
+use reprobench_proto::registry::{self, AgentKind, Track};
 use reprobench_proto::sweep::{AgentSpec, SweepSpec};
 use reprobench_proto::swt::{self, EvalLimits, Prediction, SwtAgent, SwtInstance, SwtPayload};
 use reprobench_proto::synthetic::{self, SyntheticDataset, SyntheticPayload};
@@ -115,20 +116,14 @@ fn expand_android(
         .collect::<Result<_, _>>()
         .map_err(|e| ExpandError(format!("attached rows of `{dataset}` are invalid: {e}")))?;
     for agent in &spec.agents {
-        let llm_variants = android::llm_android_variants(&agent.name);
-        if llm_variants.is_none() && !android::NO_LLM_ANDROID_AGENTS.contains(&agent.name.as_str())
-        {
-            let known: Vec<&str> = android::NO_LLM_ANDROID_AGENTS
-                .iter()
-                .copied()
-                .chain(android::LLM_ANDROID_AGENTS.iter().map(|(n, _)| *n))
-                .collect();
-            return Err(ExpandError(format!(
+        let builtin = registry::agent(Track::Android, &agent.name).ok_or_else(|| {
+            ExpandError(format!(
                 "agent `{}` cannot run android dataset `{dataset}`; the android agents are {}",
                 agent.name,
-                known.join(", ")
-            )));
-        }
+                registry::agent_names(Track::Android)
+            ))
+        })?;
+        let llm_variants = builtin.calls_llm.then_some(builtin.variants);
         if let Some(valid) = llm_variants {
             check_llm_agent(spec, agent, true, Some(valid))?;
         }
@@ -205,12 +200,14 @@ fn expand_swt(
     };
     for agent in &spec.agents {
         let predictions = swt_predictions(agent, attachments)?;
-        let runs_llm =
-            predictions.is_none() && !matches!(agent.name.as_str(), "gold" | "issue-snippet");
+        let builtin = registry::agent(Track::Swt, &agent.name);
+        let runs_llm = predictions.is_none() && builtin.is_none_or(|a| a.calls_llm);
         // Built-in agents have fixed variants; commands and images name their own.
-        let builtin = swt::llm_agent_variants(&agent.name)
-            .filter(|_| agent.command.is_none() && agent.image.is_none());
-        check_llm_agent(spec, agent, runs_llm, builtin)?;
+        let builtin_variants = builtin
+            .filter(|a| a.calls_llm && agent.command.is_none() && agent.image.is_none())
+            .map(|a| a.variants);
+        check_llm_agent(spec, agent, runs_llm, builtin_variants)?;
+        let builtin_kind = builtin.map(|a| a.kind);
         for variant in &agent.variants {
             for backbone in backbones {
                 let backbone_spec = spec.backbones.iter().find(|b| &b.name == backbone);
@@ -222,13 +219,13 @@ fn expand_swt(
                                 inst.instance_id
                             ))
                         })?;
-                        let swt_agent = match (&predictions, agent.name.as_str(), backbone_spec) {
+                        let swt_agent = match (&predictions, builtin_kind, backbone_spec) {
                             (Some(p), _, _) => SwtAgent::Prediction {
                                 model: agent.name.clone(),
                                 patch: p.get(&inst.instance_id).and_then(|p| p.model_patch.clone()),
                             },
-                            (None, "gold", _) => SwtAgent::Gold,
-                            (None, "issue-snippet", _) => SwtAgent::IssueSnippet,
+                            (None, Some(AgentKind::Gold), _) => SwtAgent::Gold,
+                            (None, Some(AgentKind::IssueSnippet), _) => SwtAgent::IssueSnippet,
                             (None, _, Some(b))
                                 if agent.command.is_some() || agent.image.is_some() =>
                             {
@@ -246,9 +243,10 @@ fn expand_swt(
                                 backbone: b.clone(),
                                 budget: spec.budget.clone(),
                             },
-                            (None, other, None) => {
+                            (None, _, None) => {
                                 return Err(ExpandError(format!(
-                                    "agent `{other}` has no backbone `{backbone}`"
+                                    "agent `{}` has no backbone `{backbone}`",
+                                    agent.name
                                 )));
                             }
                         };
@@ -308,14 +306,14 @@ fn swt_predictions(
                     .collect(),
             ))
         }
-        (None, "gold" | "issue-snippet") => Ok(None),
         (None, _) if agent.command.is_some() || agent.image.is_some() => Ok(None),
-        (None, name) if swt::llm_agent_variants(name).is_some() => Ok(None),
+        (None, name) if registry::agent(Track::Swt, name).is_some() => Ok(None),
         (None, synthetic::AGENT) => Err(ExpandError(
             "agent `synthetic` runs synthetic datasets only".into(),
         )),
         (None, other) => Err(ExpandError(format!(
-            "agent `{other}` is not built in for the swt track; give it `predictions = \"FILE.jsonl\"` (SWT-bench predictions) or `command = [...]` (an external agent), or use one of gold, issue-snippet, reproagent, zero-shot-plus, libro"
+            "agent `{other}` is not built in for the swt track; give it `predictions = \"FILE.jsonl\"` (SWT-bench predictions) or `command = [...]` (an external agent), or use one of {}",
+            registry::agent_names(Track::Swt)
         ))),
     }
 }

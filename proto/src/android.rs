@@ -494,9 +494,6 @@ mod tests {
     }
 }
 
-/// Agents of the android track that need no LLM.
-pub const NO_LLM_ANDROID_AGENTS: &[&str] = &["gold-trace", "monkey"];
-
 /// Attachment key of an android dataset's rows (`android:NAME`).
 pub fn android_rows_key(name: &str) -> String {
     format!("android:{name}")
@@ -542,20 +539,4 @@ pub struct AndroidPayload {
     /// The task's whole budget (LLM calls, tokens, cost) for an LLM agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<crate::sweep::Budget>,
-}
-
-/// Agents of the android track that call an LLM, with their variants.
-pub const LLM_ANDROID_AGENTS: &[(&str, &[&str])] = &[
-    ("ltgdroid", &["full", "no-ra", "no-ae", "no-ta", "no-bv"]),
-    ("rebl", &["full"]),
-    ("rebl-visual", &["full"]),
-    ("adbgpt", &["full"]),
-];
-
-/// The variants of an android LLM agent, or `None` if `name` is not one.
-pub fn llm_android_variants(name: &str) -> Option<&'static [&'static str]> {
-    LLM_ANDROID_AGENTS
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| *v)
 }

@@ -1,14 +1,12 @@
 //! Executor kinds and the `KIND=N` slot syntax nodes use to advertise capacity.
 
+use crate::registry::ExecutorKind;
 use std::fmt;
-
-/// The executor kinds a node can offer slots for.
-pub const EXECUTOR_KINDS: &[&str] = &["docker", "process", "emulator", "sim", "synthetic"];
 
 /// A number of slots for one executor kind, as given by `--slots KIND=N`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotSpec {
-    /// Executor kind, one of [`EXECUTOR_KINDS`].
+    /// Executor kind, the name of one of [`ExecutorKind::ALL`].
     pub kind: String,
     /// How many attempts of this kind may run at once.
     pub slots: u32,
@@ -35,10 +33,10 @@ impl std::str::FromStr for SlotSpec {
                 "slots `{s}` should look like KIND=N, e.g. synthetic=4"
             ))
         })?;
-        if !EXECUTOR_KINDS.contains(&kind) {
+        if ExecutorKind::parse(kind).is_none() {
             return Err(SlotSpecError(format!(
                 "unknown executor kind `{kind}` in `{s}`; known kinds: {}",
-                EXECUTOR_KINDS.join(", ")
+                ExecutorKind::names()
             )));
         }
         let slots: u32 = n.parse().map_err(|_| {

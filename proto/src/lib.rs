@@ -8,6 +8,7 @@ pub mod android;
 pub mod auth;
 pub mod grading;
 pub mod kind;
+pub mod registry;
 pub mod secret;
 pub mod sweep;
 pub mod swt;

@@ -477,30 +477,6 @@ mod tests {
     }
 }
 
-/// The built-in LLM agents of the SWT track and the variants each accepts.
-pub const LLM_AGENTS: &[(&str, &[&str])] = &[
-    (
-        "reproagent",
-        &[
-            "full",
-            "no-localization",
-            "no-rca",
-            "no-planning",
-            "no-review",
-        ],
-    ),
-    ("zero-shot-plus", &["full"]),
-    ("libro", &["full"]),
-];
-
-/// The variants a built-in LLM agent accepts; `None` when `agent` is not one.
-pub fn llm_agent_variants(agent: &str) -> Option<&'static [&'static str]> {
-    LLM_AGENTS
-        .iter()
-        .find(|(name, _)| *name == agent)
-        .map(|(_, v)| *v)
-}
-
 /// Which test patch an SWT task evaluates.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]

@@ -11,6 +11,7 @@ use super::tools::bm25;
 use super::workspace::SandboxWorkspace;
 use crate::gateway::{Gateway, TaskBudget, Usage};
 use crate::sandbox::{Limits, Prepared, Sandbox};
+use reprobench_proto::registry::{self, AgentKind, Track};
 use reprobench_proto::sweep::{BackboneSpec, Budget};
 use reprobench_proto::swt::{EnvSpec, SwtInstance};
 use reprobench_proto::v1::FailureClass;
@@ -169,8 +170,8 @@ pub async fn run_builtin(
     // Hard stop a little after the time budget (the gateway refuses calls at the budget itself).
     let hard_stop = Duration::from_secs_f64((budget.max_minutes.max(0.1) * 60.0) * 1.1 + 30.0);
     let work = async {
-        match name {
-            "reproagent" => {
+        match registry::agent(Track::Swt, name).map(|a| a.kind) {
+            Some(AgentKind::ReproAgent) => {
                 let variant = match variant.parse::<reproagent::Variant>() {
                     Ok(v) => v,
                     Err(e) => {
@@ -212,19 +213,19 @@ pub async fn run_builtin(
                     err,
                 )
             }
-            "zero-shot-plus" => {
+            Some(AgentKind::ZeroShotPlus) => {
                 let context = retrieved_context(&ws, &brief.problem_statement).await;
                 let out = baselines::zero_shot_plus(&brief, &context, &mut llm).await;
                 baseline_result(out, setup.artifacts, "zero-shot-plus.json")
             }
-            "libro" => {
+            Some(AgentKind::Libro) => {
                 let mut params = serde_json::Map::new();
                 params.insert("temperature".into(), json!(0.7));
                 let mut llm = GatewayLlm::new(&setup.gateway.base_url(), &key).with_params(params);
                 let out = baselines::libro(&brief, LIBRO_SAMPLES, &mut llm, &ws).await;
                 baseline_result(out, setup.artifacts, "libro.json")
             }
-            other => (
+            _ => (
                 None,
                 Value::Null,
                 None,
@@ -232,7 +233,7 @@ pub async fn run_builtin(
                 Some((
                     FailureClass::BadInput,
                     "bad_input:agent".to_string(),
-                    format!("agent `{other}` is not built in"),
+                    format!("agent `{name}` is not a built-in LLM agent of the swt track"),
                 )),
             ),
         }

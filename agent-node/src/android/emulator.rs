@@ -25,6 +25,7 @@ use crate::executor::{
 };
 use crate::gateway::{Gateway, Usage};
 use reprobench_proto::android::{AndroidInstance, AndroidPayload, BugType, load_android_dataset};
+use reprobench_proto::registry::{self, AgentKind, Track};
 use reprobench_proto::time::now_ms;
 use reprobench_proto::v1::{FailureClass, Outcome};
 use std::collections::{BTreeSet, HashMap};
@@ -33,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How a node runs its emulators and where it finds apps and reports.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EmulatorSettings {
     /// The `emulator` binary.
     pub emulator: PathBuf,
@@ -386,8 +387,9 @@ pub async fn run_on_device(
         "bug_type": inst.bug_type.as_str(),
     });
     let mut usage = Usage::default();
-    let (trace, actions, claimed) = match payload.agent.as_str() {
-        "monkey" => {
+    let kind = registry::agent(Track::Android, &payload.agent).map(|a| a.kind);
+    let (trace, actions, claimed) = match kind {
+        Some(AgentKind::Monkey) => {
             let out =
                 match tokio::time::timeout(budget, monkey(dev, package, payload.seed, max_actions))
                     .await
@@ -399,7 +401,7 @@ pub async fn run_on_device(
             let n = out.trace.len();
             (out.trace, n, false)
         }
-        "gold-trace" => {
+        Some(AgentKind::GoldTrace) => {
             return Err(Failure::new(
                 FailureClass::BadInput,
                 "bad_input:agent",
@@ -657,7 +659,8 @@ async fn attempt(inner: Arc<Inner>, spec: AttemptSpec) -> AttemptEnd {
             return failed(f, started_at_ms, start);
         }
     };
-    if payload.agent == "gold-trace" {
+    if registry::agent(Track::Android, &payload.agent).map(|a| a.kind) == Some(AgentKind::GoldTrace)
+    {
         let f = Failure::new(
             FailureClass::BadInput,
             "bad_input:agent",

@@ -16,6 +16,7 @@ use crate::executor::{
 use crate::gateway::Gateway;
 use reprobench_proto::android::AndroidPayload;
 use reprobench_proto::android::BugType;
+use reprobench_proto::registry::{self, AgentKind, Track};
 use reprobench_proto::time::now_ms;
 use reprobench_proto::v1::{FailureClass, Outcome};
 use std::path::PathBuf;
@@ -152,10 +153,11 @@ async fn attempt(
     let dev: &dyn Device = &device;
     let mut outcome = Outcome::default();
     let mut details = serde_json::json!({"simulator": true, "device": "sim"});
-    let (reproduced, trace, actions) = match payload.agent.as_str() {
-        "gold-trace" | "monkey" => {
+    let kind = registry::agent(Track::Android, &payload.agent).map(|a| a.kind);
+    let (reproduced, trace, actions) = match kind {
+        Some(AgentKind::GoldTrace | AgentKind::Monkey) => {
             let work = async {
-                if payload.agent == "monkey" {
+                if kind == Some(AgentKind::Monkey) {
                     return monkey(dev, &package, payload.seed, max_actions).await;
                 }
                 let trace: Vec<_> = report

@@ -10,6 +10,7 @@ use crate::agents::llm_client::GatewayLlm;
 use crate::agents::run::task_budget;
 use crate::gateway::{Gateway, Usage};
 use reprobench_proto::android::{AndroidPayload, AndroidReport, BugType};
+use reprobench_proto::registry::{self, AgentKind, Track};
 use reprobench_proto::v1::FailureClass;
 use std::path::Path;
 use std::time::Duration;
@@ -68,8 +69,9 @@ pub async fn run(
         payload.max_actions as usize,
         Duration::from_secs_f64(payload.max_minutes.max(0.0) * 60.0),
     );
-    let run = match payload.agent.as_str() {
-        "ltgdroid" => match Variant::parse(&payload.variant) {
+    let kind = registry::agent(Track::Android, &payload.agent).map(|a| a.kind);
+    let run = match kind {
+        Some(AgentKind::LtgDroid) => match Variant::parse(&payload.variant) {
             Some(variant) => {
                 let cfg = Config::paper(variant, bug_type);
                 ltgdroid::run(&llm, devices, package, report, cfg, &meter).await
@@ -79,13 +81,16 @@ pub async fn run(
                 payload.variant
             ))),
         },
-        "rebl" | "rebl-visual" => {
-            let visual = payload.agent == "rebl-visual";
+        Some(AgentKind::Rebl | AgentKind::ReblVisual) => {
+            let visual = kind == Some(AgentKind::ReblVisual);
             baselines::rebl(&mut llm, first, package, report, visual, &meter).await
         }
-        "adbgpt" => baselines::adbgpt(&mut llm, first, package, report, &meter).await,
-        other => Err(AgentError::Llm(format!(
-            "agent `{other}` is not an android LLM agent (ltgdroid, rebl, rebl-visual, adbgpt)"
+        Some(AgentKind::AdbGpt) => {
+            baselines::adbgpt(&mut llm, first, package, report, &meter).await
+        }
+        _ => Err(AgentError::Llm(format!(
+            "agent `{}` is not an android LLM agent",
+            payload.agent
         ))),
     };
     let usage = gateway.close_task(&key).unwrap_or_default();

@@ -120,7 +120,7 @@ fn drop_idle_locks() {
 }
 
 /// Configuration of the Docker sandbox.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct DockerConfig {
     /// Image the environment layers are built on; must exist locally and have the wanted Python.
     pub base_image: String,
