@@ -191,7 +191,7 @@ async fn timed_run(nodes: u32, slots: u32, policy: Policy, sweep: &str) -> Resul
         kind: "synthetic".into(),
         slots,
     }];
-    let local = crate::client::LocalNodes {
+    let local = crate::local::LocalNodes {
         count: nodes,
         slots: spec.to_vec(),
         args: vec![],

@@ -1,6 +1,6 @@
 //! The user side of `RunService`: submit and watch runs with progress, status, cancel, results.
 
-use crate::local::LocalCluster;
+use crate::local::{LocalCluster, LocalNodes};
 use crate::{CancelArgs, ResultsArgs, ResultsFormat, RunArgs, StatusArgs, Target};
 use anyhow::{Context, Result, anyhow, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -60,16 +60,6 @@ fn data_dir(t: &Target) -> PathBuf {
     t.data
         .clone()
         .unwrap_or_else(|| PathBuf::from(crate::DEFAULT_DATA))
-}
-
-/// Number of live nodes a coordinator sees.
-pub async fn live_nodes(address: &CoordinatorAddress) -> Result<u32> {
-    Ok(client(address)
-        .await?
-        .list_runs(ListRunsRequest {})
-        .await?
-        .into_inner()
-        .live_nodes)
 }
 
 /// Two slots of each executor kind a sweep's tasks need.
@@ -203,17 +193,6 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     };
     report(&done, a.json);
     Ok(ExitCode::SUCCESS)
-}
-
-/// Nodes of a local cluster.
-#[derive(Debug, Clone)]
-pub struct LocalNodes {
-    /// How many node processes.
-    pub count: u32,
-    /// Slots of each.
-    pub slots: Vec<SlotSpec>,
-    /// Extra `reprobench node` arguments (repositories, caches, base image).
-    pub args: Vec<String>,
 }
 
 /// A finished (or cancelled) run and its results.

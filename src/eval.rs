@@ -1,8 +1,9 @@
 //! `reprobench eval`: evaluate predictions (or the gold test patches) on an SWT dataset over the
 //! cluster, with SWT-bench semantics, and write SWT-bench-style reports.
 
-use crate::client::{Finished, Interrupted, LocalNodes, run_local, submit_and_wait};
-use crate::{SwtNodeArgs, Target, datasets, grade};
+use crate::client::{Finished, Interrupted, run_local, submit_and_wait};
+use crate::local::LocalNodes;
+use crate::{SwtNodeArgs, Target, datasets, swt_report};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
@@ -12,7 +13,7 @@ use reprobench_proto::registry::{self, Track};
 use reprobench_proto::sweep::{AgentSpec, EvalSettings, SweepSpec};
 use reprobench_proto::swt::{self, Prediction, RowError};
 use reprobench_proto::v1::SubmitRunRequest;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -156,108 +157,10 @@ pub async fn auto_executor(node: &SwtNodeArgs, quiet: bool) -> String {
     }
 }
 
-/// SWT-bench's run summary, plus F→P, F→X, P→P, applicability and suspicious counts and the
-/// rules that graded it.
-pub fn summary(
-    rows: &[reprobench_proto::v1::ResultRow],
-    total: usize,
-    unusable: &[RowError],
-    grading: GradingSettings,
-) -> serde_json::Value {
-    let mut ids: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut coverage = Vec::new();
-    for r in rows {
-        let d: serde_json::Value = serde_json::from_str(&r.details_json).unwrap_or_default();
-        if r.error_class.is_none() {
-            coverage.push(
-                reprobench_agent_node::swt::grading::coverage::CoverageFigures {
-                    coverage_pred: d["coverage_pred"].as_f64(),
-                    coverage_delta_pred: d["coverage_delta_pred"].as_f64(),
-                    ..Default::default()
-                },
-            );
-        }
-        let id = r.instance_id.clone();
-        if r.error_class.is_some() {
-            ids.entry("error_ids").or_default().push(id);
-            continue;
-        }
-        ids.entry("completed_ids").or_default().push(id.clone());
-        ids.entry(if r.success {
-            "resolved_ids"
-        } else {
-            "unresolved_ids"
-        })
-        .or_default()
-        .push(id);
-        for key in ["applicable", "f2p", "f2x", "p2p"] {
-            if d[key] == true {
-                *counts.entry(key).or_default() += 1;
-            }
-        }
-        if d["suspicious"].as_array().is_some_and(|s| !s.is_empty()) {
-            ids.entry("suspicious_ids")
-                .or_default()
-                .push(r.instance_id.clone());
-        }
-    }
-    for e in unusable {
-        ids.entry("error_ids")
-            .or_default()
-            .push(e.instance_id.clone().unwrap_or_else(|| e.location.clone()));
-    }
-    let n = |k: &str| ids.get(k).map_or(0, Vec::len);
-    let list = |k: &str| serde_json::json!(ids.get(k).cloned().unwrap_or_default());
-    let (mean_coverage, mean_coverage_delta) =
-        reprobench_agent_node::swt::grading::coverage::means(&coverage);
-    serde_json::json!({
-        "total_instances": total,
-        "completed_instances": n("completed_ids"),
-        "resolved_instances": n("resolved_ids"),
-        "unresolved_instances": n("unresolved_ids"),
-        "error_instances": n("error_ids"),
-        "applicable_instances": counts.get("applicable").copied().unwrap_or(0),
-        "f2p_instances": counts.get("f2p").copied().unwrap_or(0),
-        "f2x_instances": counts.get("f2x").copied().unwrap_or(0),
-        "p2p_instances": counts.get("p2p").copied().unwrap_or(0),
-        "suspicious_instances": n("suspicious_ids"),
-        "Mean coverage": mean_coverage,
-        "Mean coverage delta": mean_coverage_delta,
-        "rules": grading.rules.name(),
-        "strict": grading.strict,
-        "completed_ids": list("completed_ids"),
-        "resolved_ids": list("resolved_ids"),
-        "unresolved_ids": list("unresolved_ids"),
-        "error_ids": list("error_ids"),
-        "suspicious_ids": list("suspicious_ids"),
-    })
-}
-
-/// Writes `results.jsonl` and `summary.json` into `dir`.
-pub fn write_summary_files(
-    dir: &Path,
-    rows: &[reprobench_proto::v1::ResultRow],
-    summary: &serde_json::Value,
-) -> Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let mut jsonl = String::new();
-    for r in rows {
-        jsonl.push_str(&serde_json::to_string(r)?);
-        jsonl.push('\n');
-    }
-    std::fs::write(dir.join("results.jsonl"), jsonl)?;
-    std::fs::write(
-        dir.join("summary.json"),
-        serde_json::to_vec_pretty(summary)?,
-    )?;
-    Ok(())
-}
-
 /// Writes `INSTANCE/report.json` per result (with the six logs and `case.json` beside it),
 /// `summary.json` and `results.jsonl`.
 fn write_reports(dir: &Path, done: &Finished, summary: &serde_json::Value) -> Result<()> {
-    let one_cell = grade::one_cell(&done.rows);
+    let one_cell = swt_report::one_cell(&done.rows);
     for r in &done.rows {
         let mut report: serde_json::Value =
             serde_json::from_str(&r.details_json).unwrap_or_else(|_| serde_json::json!({}));
@@ -273,13 +176,13 @@ fn write_reports(dir: &Path, done: &Finished, summary: &serde_json::Value) -> Re
             report["message"] = m.clone().into();
         }
         let artifacts = (!r.artifact_path.is_empty()).then(|| Path::new(&r.artifact_path));
-        grade::write_instance_report(
-            &dir.join(grade::report_dir_name(r, one_cell)),
+        swt_report::write_instance_report(
+            &dir.join(swt_report::report_dir_name(r, one_cell)),
             &report,
             artifacts,
         )?;
     }
-    write_summary_files(dir, &done.rows, summary)
+    swt_report::write_summary_files(dir, &done.rows, summary)
 }
 
 /// Reads a predictions file: usable predictions for known instances, and problems with the rest.
@@ -490,7 +393,7 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
         strict: a.strict,
         coverage: !a.no_coverage,
     };
-    let summary = summary(&done.rows, total, &problems, grading);
+    let summary = swt_report::summary(&done.rows, total, &problems, grading);
     let out = a
         .out
         .clone()

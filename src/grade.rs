@@ -2,17 +2,16 @@
 //! grade directories (SWT-bench's own logs or reprobench's), or for a finished run regraded from
 //! the logs it kept, with today's parsers and rules.
 
-use crate::eval;
-use anyhow::{Context, Result, bail};
+use crate::swt_report::{self, one_cell, report_dir_name, write_instance_report};
+use anyhow::{Result, bail};
 use clap::Args;
 use reprobench_agent_node::swt::case::{self, CaseError};
 use reprobench_agent_node::swt::evaluate::{put_coverage, put_grade};
-use reprobench_agent_node::swt::grading::{InstanceGrade, RUNS, Rules};
+use reprobench_agent_node::swt::grading::{InstanceGrade, Rules};
 use reprobench_coordinator::store::Store;
 use reprobench_proto::grading::GradingSettings;
-use reprobench_proto::v1::ResultRow;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Options of `reprobench grade`.
@@ -145,74 +144,6 @@ fn grade_dirs(dirs: &[PathBuf], rules: Rules, strict: bool, json: bool) -> ExitC
     }
 }
 
-/// The report directory of a row: the instance id, or with several cells per instance
-/// `AGENT.VARIANT.BACKBONE.rREPEAT/INSTANCE`.
-pub fn report_dir_name(r: &ResultRow, one_cell: bool) -> PathBuf {
-    if one_cell {
-        PathBuf::from(&r.instance_id)
-    } else {
-        let backbone = if r.backbone.is_empty() {
-            "-"
-        } else {
-            &r.backbone
-        };
-        PathBuf::from(format!(
-            "{}.{}.{}.r{}",
-            r.agent, r.variant, backbone, r.repeat
-        ))
-        .join(&r.instance_id)
-    }
-}
-
-/// Whether every row of a run is the same (agent, variant, backbone, repeat) cell.
-pub fn one_cell(rows: &[ResultRow]) -> bool {
-    let cells: BTreeSet<(&str, &str, &str, u32)> = rows
-        .iter()
-        .map(|r| {
-            (
-                r.agent.as_str(),
-                r.variant.as_str(),
-                r.backbone.as_str(),
-                r.repeat,
-            )
-        })
-        .collect();
-    cells.len() <= 1
-}
-
-/// Writes one instance's `report.json`, and beside it the six logs and `case.json` of its grade
-/// directory `logs_from` when that is on this machine (hard links where possible).
-pub fn write_instance_report(
-    dir: &Path,
-    report: &serde_json::Value,
-    logs_from: Option<&Path>,
-) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let mut report = report.clone();
-    if let Some(src) = logs_from.filter(|s| s.join("case.json").is_file() && *s != dir) {
-        let names = RUNS
-            .iter()
-            .map(|r| format!("{r}.log"))
-            .chain(["case.json".to_string()]);
-        for name in names {
-            let (from, to) = (src.join(&name), dir.join(&name));
-            let _ = std::fs::remove_file(&to);
-            if from.is_file() && std::fs::hard_link(&from, &to).is_err() {
-                std::fs::copy(&from, &to).with_context(|| {
-                    format!("cannot copy {} to {}", from.display(), to.display())
-                })?;
-            }
-        }
-    } else if let Some(src) = logs_from
-        && !src.join("case.json").is_file()
-    {
-        report["logs_at"] = src.display().to_string().into();
-    }
-    std::fs::write(dir.join("report.json"), serde_json::to_vec_pretty(&report)?)
-        .with_context(|| format!("cannot write {}", dir.join("report.json").display()))?;
-    Ok(())
-}
-
 fn regrade_run(a: &GradeArgs, run: &str) -> Result<ExitCode> {
     let store = Store::open_read_only(&a.data)?;
     if store.sweep_toml(run)?.is_none() {
@@ -293,10 +224,10 @@ fn regrade_run(a: &GradeArgs, run: &str) -> Result<ExitCode> {
         strict: a.strict,
         coverage: true,
     };
-    let mut summary = eval::summary(&rows, total, &[], grading);
+    let mut summary = swt_report::summary(&rows, total, &[], grading);
     summary["regraded_instances"] = regraded.into();
     summary["not_regradable_ids"] = serde_json::json!(not_regradable);
-    eval::write_summary_files(&out, &rows, &summary)?;
+    swt_report::write_summary_files(&out, &rows, &summary)?;
     if a.json {
         println!(
             "{}",

@@ -9,7 +9,9 @@ mod eval;
 mod gateway_cmd;
 mod grade;
 mod local;
+mod quickstart;
 mod review;
+mod swt_report;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -662,7 +664,7 @@ fn main() -> std::process::ExitCode {
 
 async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
     match command {
-        Command::Quickstart(a) => local::quickstart(&a.data, a.local_nodes, a.json).await?,
+        Command::Quickstart(a) => quickstart::quickstart(&a.data, a.local_nodes, a.json).await?,
         Command::Serve(a) => serve(a).await?,
         Command::Node(a) => node(a).await?,
         Command::Run(a) => return client::run(a).await,
