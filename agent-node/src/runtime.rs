@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::Code;
+use tracing::Instrument;
 
 /// How to run a node.
 #[derive(Debug, Clone)]
@@ -585,10 +586,14 @@ impl Node {
                     progress: self.progress_tx.clone(),
                 };
                 let events = self.events_tx.clone();
-                tokio::spawn(async move {
-                    let end = run_catching_panics(exec, spec, ctx).await;
-                    let _ = events.send(Event::Done { attempt, end });
-                });
+                let span = attempt_span(&spec);
+                tokio::spawn(
+                    async move {
+                        let end = run_catching_panics(exec, spec, ctx).await;
+                        let _ = events.send(Event::Done { attempt, end });
+                    }
+                    .instrument(span),
+                );
             }
             Body::Renewal(r) => {
                 let sent_at = self
@@ -715,6 +720,26 @@ pub fn hostname() -> String {
     }
 }
 
+/// The spans an attempt's log lines carry: `run{id}` ⊃ `task{id, instance, agent, variant}` ⊃
+/// `attempt{epoch, n}`, so that one task can be followed through a node's log.
+pub fn attempt_span(spec: &AttemptSpec) -> tracing::Span {
+    let run = tracing::info_span!(parent: None, "run", id = %spec.run_id);
+    let task = tracing::info_span!(
+        parent: &run,
+        "task",
+        id = spec.attempt.task_id,
+        instance = %spec.instance_id,
+        agent = %spec.agent,
+        variant = %spec.variant
+    );
+    tracing::info_span!(
+        parent: &task,
+        "attempt",
+        epoch = spec.attempt.epoch,
+        n = spec.attempt_number
+    )
+}
+
 /// Runs one attempt in a task of its own, so that a panic in the executor ends the attempt as an
 /// infrastructure failure (retried under the run's `max_attempts`) and frees its slot, instead
 /// of leaving it listed, renewed and holding the slot forever.
@@ -725,7 +750,7 @@ async fn run_catching_panics(
 ) -> AttemptEnd {
     let kind = exec.kind();
     let attempt = spec.attempt;
-    match tokio::spawn(async move { exec.run(spec, ctx).await }).await {
+    match tokio::spawn(async move { exec.run(spec, ctx).await }.in_current_span()).await {
         Ok(end) => end,
         Err(e) => {
             let what = match e.try_into_panic() {
@@ -939,6 +964,98 @@ mod panic_tests {
             .expect("events open");
         node.handle(done);
         node.outbox[&(task_id, 1)].clone()
+    }
+
+    /// Each log event: the spans it is in, root first, as (name, fields).
+    type Scopes = Arc<Mutex<Vec<Vec<(String, Vec<String>)>>>>;
+
+    #[derive(Default)]
+    struct Fields(Vec<String>);
+
+    impl tracing::field::Visit for Fields {
+        fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+            self.0.push(format!("{}={v:?}", f.name()));
+        }
+    }
+
+    /// A tracing layer that keeps every event's span scope.
+    struct CaptureScopes(Scopes);
+
+    impl<S> tracing_subscriber::Layer<S> for CaptureScopes
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            id: &tracing::span::Id,
+            ctx: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut fields = Fields::default();
+            attrs.record(&mut fields);
+            ctx.span(id).unwrap().extensions_mut().insert(fields);
+        }
+
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            ctx: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let scope = ctx.event_scope(event).map_or_else(Vec::new, |scope| {
+                scope
+                    .from_root()
+                    .map(|span| {
+                        let fields = span
+                            .extensions()
+                            .get::<Fields>()
+                            .map(|f| f.0.clone())
+                            .unwrap_or_default();
+                        (span.name().to_string(), fields)
+                    })
+                    .collect()
+            });
+            crate::lock(&self.0).push(scope);
+        }
+    }
+
+    /// Logs one line from inside its attempt.
+    struct LoggingExecutor;
+
+    impl Executor for LoggingExecutor {
+        fn kind(&self) -> &'static str {
+            "synthetic"
+        }
+        fn run(&self, _spec: AttemptSpec, _ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
+            Box::pin(async move {
+                tracing::info!("inside the executor");
+                AttemptEnd::Finished(Outcome::default())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn an_executor_s_log_lines_carry_its_run_task_and_attempt() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let scopes: Scopes = Arc::default();
+        let subscriber = tracing_subscriber::registry().with(CaptureScopes(scopes.clone()));
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let (mut node, mut events, _out) = node(Arc::new(LoggingExecutor));
+        run_one(&mut node, &mut events, 42).await;
+        let scopes = crate::lock(&scopes).clone();
+        let inside: Vec<_> = scopes.iter().filter(|s| s.len() == 3).collect();
+        assert_eq!(inside.len(), 1, "one event inside an attempt: {scopes:?}");
+        let names: Vec<&str> = inside[0].iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["run", "task", "attempt"]);
+        assert!(inside[0][0].1.contains(&"id=r".to_string()), "{inside:?}");
+        assert!(inside[0][1].1.contains(&"id=42".to_string()), "{inside:?}");
+        assert!(
+            inside[0][1].1.contains(&"instance=i42".to_string()),
+            "{inside:?}"
+        );
+        assert!(
+            inside[0][2].1.contains(&"epoch=1".to_string()),
+            "{inside:?}"
+        );
     }
 
     #[tokio::test]
