@@ -180,7 +180,11 @@ impl SwtBenchSpecs {
                 ));
             }
             names => {
-                env.packages = names.split_whitespace().map(pip_name).collect();
+                // SWE-bench puts this string into a shell command (`conda create … {packages}`),
+                // so quotes group and are removed as a shell does ('numpy==1.19.2' is numpy==1.19.2).
+                let words = shlex::split(names)
+                    .unwrap_or_else(|| names.split_whitespace().map(str::to_string).collect());
+                env.packages = words.iter().map(|w| pip_name(w)).collect();
                 // Conda installs these; for an older Python as its channels last had them.
                 if env.packages_as_of.is_none() {
                     let eol = major_minor(&spec.python).and_then(|v| {
@@ -325,5 +329,18 @@ mod tests {
         }
         assert_eq!(pip_name("a>=1"), "a>=1");
         assert_eq!(pip_name("a==1"), "a==1");
+        // scikit-learn 1.3's packages are shell-quoted in SWE-bench's specs.
+        let env = s.env("scikit-learn/scikit-learn", "1.3").unwrap();
+        assert_eq!(
+            &env.packages[..5],
+            [
+                "numpy==1.19.2",
+                "scipy==1.5.2",
+                "cython==3.0.10",
+                "pytest",
+                "pandas<2.0.0"
+            ]
+        );
+        assert!(env.packages.iter().all(|p| !p.contains(['\'', '"'])));
     }
 }
