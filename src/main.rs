@@ -895,20 +895,7 @@ fn tables_command(a: TablesArgs) -> Result<()> {
         published,
     };
     let built = tables::build(&a.kind, &df, &opts).map_err(anyhow::Error::msg)?;
-    if format == table::Format::Json && built.len() > 1 {
-        let all: Vec<serde_json::Value> = built
-            .iter()
-            .map(|t| serde_json::json!({ "title": t.title, "rows": table::json(t) }))
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&all)?);
-        return Ok(());
-    }
-    for (i, t) in built.iter().enumerate() {
-        if i > 0 {
-            println!();
-        }
-        print!("{}", table::render(t, format));
-    }
+    print!("{}", table::render_all(&built, format));
     Ok(())
 }
 
@@ -934,78 +921,8 @@ fn compare_command(a: CompareArgs) -> Result<std::process::ExitCode> {
 }
 
 fn report_command(a: ReportArgs) -> Result<()> {
-    use reprobench_analysis::{frame, html, plots, table, tables};
-    let rows = frame::load_rows(&a.results).map_err(anyhow::Error::msg)?;
-    let df = frame::to_frame(&rows)?;
-    let opts = tables::TableOptions::default();
-    let mut built = Vec::new();
-    let mut figures = Vec::new();
-    for kind in [
-        "main",
-        "ablation",
-        "overlap",
-        "repo",
-        "cost",
-        "localization",
-    ] {
-        // Kinds that do not apply to these results (no variants, no localization) are left out.
-        if let Ok(ts) = tables::build(kind, &df, &opts) {
-            if kind == "ablation" {
-                let bars: Vec<(String, f64)> = table::json(&ts[0])
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|r| {
-                        (
-                            r["variant"].as_str().unwrap_or("").to_string(),
-                            r["success_rate_pct"].as_f64().unwrap_or(f64::NAN),
-                        )
-                    })
-                    .collect();
-                figures.push((
-                    "Ablation: success rate per variant".to_string(),
-                    plots::ablation_bars("Ablation", &bars),
-                ));
-            }
-            built.extend(ts);
-        }
-    }
-    if let Ok((sets, _)) = tables::solved_sets(&df) {
-        let sets: Vec<(String, std::collections::BTreeSet<String>)> = sets.into_iter().collect();
-        figures.push((
-            "Overlap of solved instances".to_string(),
-            plots::upset("Solved instances", &sets),
-        ));
-    }
-    if let (Ok(main), Ok(cost)) = (
-        tables::build("main", &df, &opts),
-        tables::build("cost", &df, &opts),
-    ) {
-        let (m, c) = (table::json(&main[0]), table::json(&cost[0]));
-        let points: Vec<(String, f64, f64)> = m
-            .as_array()
-            .into_iter()
-            .flatten()
-            .zip(c.as_array().into_iter().flatten())
-            .map(|(m, c)| {
-                (
-                    m["method"].as_str().unwrap_or("").to_string(),
-                    c["cost_per_task_usd"].as_f64().unwrap_or(f64::NAN),
-                    m["success_rate_pct"].as_f64().unwrap_or(f64::NAN),
-                )
-            })
-            .collect();
-        figures.push((
-            "Success rate against cost per task".to_string(),
-            plots::success_vs_cost("Success vs. cost", &points),
-        ));
-    }
-    let page = html::render_report(&html::ReportInput {
-        title: "reprobench report".into(),
-        tables: built,
-        plots: figures,
-        rows,
-    });
+    let rows = reprobench_analysis::frame::load_rows(&a.results).map_err(anyhow::Error::msg)?;
+    let page = reprobench_analysis::report::page("reprobench report", rows)?;
     std::fs::write(&a.out, page).with_context(|| format!("cannot write {}", a.out.display()))?;
     eprintln!("wrote {}", a.out.display());
     Ok(())

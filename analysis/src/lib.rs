@@ -7,6 +7,8 @@ pub mod html;
 pub mod import;
 pub mod plots;
 pub mod regression;
+#[cfg(feature = "frame")]
+pub mod report;
 pub mod stats;
 pub mod table;
 #[cfg(feature = "frame")]

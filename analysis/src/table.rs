@@ -164,6 +164,23 @@ impl std::str::FromStr for Format {
     }
 }
 
+/// Several tables in one output: one JSON array of `{title, rows}` for JSON (a single table as
+/// its rows alone), else each table rendered, separated by a blank line.
+pub fn render_all(tables: &[Table], format: Format) -> String {
+    if format == Format::Json && tables.len() > 1 {
+        let all: Vec<serde_json::Value> = tables
+            .iter()
+            .map(|t| serde_json::json!({ "title": t.title, "rows": json(t) }))
+            .collect();
+        return serde_json::to_string_pretty(&all).expect("JSON values serialize") + "\n";
+    }
+    tables
+        .iter()
+        .map(|t| render(t, format))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Renders a table.
 pub fn render(t: &Table, format: Format) -> String {
     match format {
