@@ -7,9 +7,8 @@ use clap::Args;
 use reprobench_coordinator::core::CoreConfig;
 use reprobench_coordinator::scheduler::Policy;
 use reprobench_coordinator::sim::{SimConfig, simulate};
-use reprobench_proto::kind::SlotSpec;
-use reprobench_proto::synthetic::SyntheticDataset;
-use reprobench_proto::v1::run_service_client::RunServiceClient;
+use reprobench_domain::kind::SlotSpec;
+use reprobench_domain::synthetic::SyntheticDataset;
 use reprobench_proto::v1::{ListRunsRequest, SubmitRunRequest, WatchRunRequest};
 use std::time::{Duration, Instant};
 
@@ -144,8 +143,7 @@ fn sweep(name: &str, dataset: &str, seed: u64) -> String {
 async fn makespan(a: &SchedulerBenchArgs, policy: Policy) -> Result<Makespan> {
     let dataset = format!("synthetic:{}:{}", a.tasks, a.mean_ms);
     let durations: Vec<f64> = SyntheticDataset::parse(&dataset)
-        .expect("synthetic name")
-        .map_err(anyhow::Error::msg)?
+        .expect("synthetic name")?
         .instances(a.seed)
         .iter()
         .map(|i| i.duration_ms as f64 / 1000.0)
@@ -201,7 +199,7 @@ async fn timed_run(nodes: u32, slots: u32, policy: Policy, sweep: &str) -> Resul
         cluster
             .wait_for_nodes(nodes, Duration::from_secs(30))
             .await?;
-        let mut c = RunServiceClient::new(cluster.address.connect().await?);
+        let mut c = cluster.address.run_client().await?;
         let t0 = Instant::now();
         let sub = c
             .submit_run(SubmitRunRequest {
@@ -416,7 +414,7 @@ pub struct TablesBenchArgs {
 /// `reprobench bench tables`: builds the main and overlap tables over generated result rows.
 pub fn tables(a: TablesBenchArgs) -> Result<()> {
     use reprobench_analysis::{frame, tables};
-    use reprobench_proto::synthetic::SplitMix64;
+    use reprobench_domain::synthetic::SplitMix64;
     // 5 agents × 2 variants × 2 backbones × 5 repeats over as many instances as it takes.
     let mut rng = SplitMix64::new(7);
     let cells = 5 * 2 * 2 * 5;
@@ -432,7 +430,7 @@ pub fn tables(a: TablesBenchArgs) -> Result<()> {
                             break 'outer;
                         }
                         let success = rng.next_f64() < 0.3 + 0.1 * agent as f64;
-                        rows.push(reprobench_proto::v1::ResultRow {
+                        rows.push(reprobench_domain::results::ResultRow {
                             run_id: "bench".into(),
                             dataset: format!("d{}", i % 3),
                             instance_id: format!("inst-{i}"),
@@ -461,10 +459,10 @@ pub fn tables(a: TablesBenchArgs) -> Result<()> {
     let frame_s = t1.elapsed().as_secs_f64();
     let opts = tables::TableOptions::default();
     let t2 = Instant::now();
-    let main = tables::build("main", &df, &opts).map_err(anyhow::Error::msg)?;
+    let main = tables::build("main", &df, &opts)?;
     let main_s = t2.elapsed().as_secs_f64();
     let t3 = Instant::now();
-    let overlap = tables::build("overlap", &df, &opts).map_err(anyhow::Error::msg)?;
+    let overlap = tables::build("overlap", &df, &opts)?;
     let overlap_s = t3.elapsed().as_secs_f64();
     let v = serde_json::json!({
         "rows": rows.len(),
@@ -505,10 +503,10 @@ pub struct PreassessBenchArgs {
 
 /// `reprobench bench preassess`.
 pub async fn preassess(a: PreassessBenchArgs) -> Result<()> {
-    use reprobench_agent_node::android::ltgdroid::bench as pb;
+    use reprobench_android::ltgdroid::bench as pb;
     let dataset_dir = a
         .android_sim
-        .unwrap_or_else(|| reprobench_proto::swt::default_datasets_dir().join("android-sim"));
+        .unwrap_or_else(|| reprobench_domain::swt::default_datasets_dir().join("android-sim"));
     let opts = pb::PreassessOptions {
         dataset_dir,
         replicas: a.replicas.max(1),
@@ -590,8 +588,8 @@ pub struct GradeBenchArgs {
 /// and grading, then grading only), how many agree with SWT-bench's verdicts, and logs per second
 /// of each parser family on one log of `--log-bytes`.
 pub fn grade(a: GradeBenchArgs) -> Result<()> {
-    use reprobench_agent_node::swt::case;
-    use reprobench_agent_node::swt::grading::{self, Family, RUNS, Rules};
+    use reprobench_swt::case;
+    use reprobench_swt::grading::{self, Family, RUNS, Rules};
     let corpus = a
         .corpus
         .clone()

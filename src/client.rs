@@ -6,8 +6,9 @@ use anyhow::{Context, Result, anyhow, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use reprobench_coordinator::core::CoreConfig;
 use reprobench_coordinator::store::Store;
+use reprobench_domain::kind::SlotSpec;
+use reprobench_domain::results::ResultRow;
 use reprobench_proto::auth::{AuthedChannel, CoordinatorAddress, read_token};
-use reprobench_proto::kind::SlotSpec;
 use reprobench_proto::v1::run_service_client::RunServiceClient;
 use reprobench_proto::v1::*;
 use std::collections::HashMap;
@@ -19,9 +20,7 @@ use std::time::{Duration, Instant};
 type Client = RunServiceClient<AuthedChannel>;
 
 async fn client(address: &CoordinatorAddress) -> Result<Client> {
-    Ok(RunServiceClient::new(address.connect().await?)
-        .max_decoding_message_size(256 << 20)
-        .max_encoding_message_size(256 << 20))
+    Ok(address.run_client().await?)
 }
 
 /// Resolves a client's target to a coordinator address (from --coordinator, or from --data's address file).
@@ -64,7 +63,7 @@ fn data_dir(t: &Target) -> PathBuf {
 
 /// Two slots of each executor kind a sweep's tasks need.
 fn needed_slots(
-    spec: &reprobench_proto::sweep::SweepSpec,
+    spec: &reprobench_domain::sweep::SweepSpec,
     is_sim_suite: impl Fn(&str) -> bool,
     is_real_android: impl Fn(&str) -> bool,
 ) -> Vec<SlotSpec> {
@@ -72,7 +71,7 @@ fn needed_slots(
         .datasets
         .iter()
         .map(|d| {
-            if reprobench_proto::synthetic::SyntheticDataset::parse(d).is_some() {
+            if reprobench_domain::synthetic::SyntheticDataset::parse(d).is_some() {
                 "synthetic".to_string()
             } else if is_real_android(d) {
                 "emulator".to_string()
@@ -100,7 +99,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
         .unwrap_or_else(|_| PathBuf::from("."));
     let sweep = sweep.replace("{sweep_dir}", &spec_dir.display().to_string());
     // Check the spec here too, so a typo is reported before any cluster starts.
-    let spec = reprobench_proto::sweep::SweepSpec::from_toml(&sweep)
+    let spec = reprobench_domain::sweep::SweepSpec::from_toml(&sweep)
         .with_context(|| format!("in {}", a.sweep.display()))?;
     let sweep_dir = a.sweep.parent().unwrap_or(Path::new("."));
     let (attachments, problems) = crate::datasets::attach(&spec, &a.datasets_dir(), sweep_dir)?;
@@ -114,7 +113,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let done = if let Some(n) = a.local_nodes {
         // Local nodes read this machine's mirrors: build them from shipped sources if missing.
         for name in &spec.datasets {
-            if reprobench_proto::synthetic::SyntheticDataset::parse(name).is_none()
+            if reprobench_domain::synthetic::SyntheticDataset::parse(name).is_none()
                 && crate::datasets::android_sim_dir(name, &a.datasets_dir(), sweep_dir).is_none()
                 && crate::datasets::android_manifest_dir(name, &a.datasets_dir(), sweep_dir)
                     .is_none()
@@ -125,7 +124,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
         }
         if let Some(replay) = &a.node.replay {
             // The nodes load it too; checked here first so a bad source is one clear error.
-            let index = reprobench_agent_node::gateway::replay::ReplayIndex::load(replay)
+            let index = reprobench_gateway::replay::ReplayIndex::load(replay)
                 .map_err(|e| {
                     anyhow!(
                         "--replay {}: {}: {} (give a run's transcript .jsonl file or a directory holding them, such as the run's artifacts directory)",
@@ -415,9 +414,50 @@ async fn fetch_results(address: &CoordinatorAddress, run_id: &str) -> Result<Vec
         .into_inner();
     let mut rows = Vec::new();
     while let Some(r) = stream.message().await.map_err(status_error)? {
-        rows.push(r);
+        rows.push(row_from_wire(r));
     }
     Ok(rows)
+}
+
+/// A result row as the wire brings it, in the results schema (written in this build's version).
+pub fn row_from_wire(r: reprobench_proto::v1::ResultRow) -> ResultRow {
+    ResultRow {
+        schema_version: Default::default(),
+        run_id: r.run_id,
+        sweep: r.sweep,
+        track: r.track,
+        dataset: r.dataset,
+        instance_id: r.instance_id,
+        repo_or_app: r.repo_or_app,
+        bug_type: r.bug_type,
+        agent: r.agent,
+        variant: r.variant,
+        backbone: r.backbone,
+        repeat: r.repeat,
+        success: r.success,
+        verdict: r.verdict,
+        error_class: r.error_class,
+        error_message: r.error_message,
+        rules: r.rules,
+        coverage_delta: r.coverage_delta,
+        attempts: r.attempts,
+        llm_calls: r.llm_calls,
+        tokens_in: r.tokens_in,
+        tokens_out: r.tokens_out,
+        tokens_cached: r.tokens_cached,
+        cost_usd: r.cost_usd,
+        wall_s: r.wall_s,
+        actions: r.actions,
+        trace_len: r.trace_len,
+        ground_truth_actions: r.ground_truth_actions,
+        feedback_iterations: r.feedback_iterations,
+        localized_files_correct: r.localized_files_correct,
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+        node_id: r.node_id,
+        artifact_path: r.artifact_path,
+        details_json: r.details_json,
+    }
 }
 
 /// A finished run as one JSON object (what `--json` prints).
@@ -600,7 +640,11 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
                 data_dir(&a.target).display()
             );
         }
-        store.results(&a.run)?
+        store
+            .results(&a.run)?
+            .into_iter()
+            .map(row_from_wire)
+            .collect()
     };
     let mut out: Box<dyn Write> = match &a.out {
         Some(path) => Box::new(std::io::BufWriter::new(
@@ -620,8 +664,7 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
             if a.out.is_none() {
                 bail!("--format parquet writes a binary file: pass --out FILE.parquet");
             }
-            reprobench_analysis::frame::write_parquet(&rows, &mut out)
-                .map_err(anyhow::Error::msg)?;
+            reprobench_analysis::frame::write_parquet(&rows, &mut out)?;
         }
         ResultsFormat::Csv => {
             let mut w = csv::Writer::from_writer(&mut out);
@@ -644,10 +687,11 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use reprobench_analysis::frame::COLUMNS as RESULT_COLUMNS;
+    use reprobench_domain::results::ResultRow;
 
     #[test]
     fn csv_header_is_the_results_schema_in_order() {
-        let row = reprobench_proto::v1::ResultRow::default();
+        let row = ResultRow::default();
         let mut w = csv::Writer::from_writer(Vec::new());
         w.serialize(&row).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();

@@ -2,12 +2,13 @@
 //! and `reprobench datasets list|show|validate|prepare|fetch`.
 
 use anyhow::{Context, Result, bail};
-use reprobench_agent_node::swt::grading::Family;
-use reprobench_agent_node::swt::{evaluate, mirror, patch};
 use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
-use reprobench_proto::sweep::SweepSpec;
-use reprobench_proto::swt::{self, LoadedDataset, Prediction, RowError};
-use reprobench_proto::synthetic::SyntheticDataset;
+use reprobench_domain::sweep::SweepSpec;
+use reprobench_domain::swt::{self, LoadedDataset, Prediction, RowError};
+use reprobench_domain::synthetic::SyntheticDataset;
+use reprobench_swt::grading::Family;
+use reprobench_swt::grading::parsers::parser_for;
+use reprobench_swt::{mirror, patch};
 use std::path::{Path, PathBuf};
 
 /// Reads every non-synthetic dataset and predictions file a sweep names and returns them as
@@ -25,7 +26,7 @@ pub fn attach(
         }
         if let Some(dir) = android_sim_dir(name, datasets_dir, base) {
             att.insert(
-                reprobench_proto::android::android_rows_key(name),
+                reprobench_domain::android::android_rows_key(name),
                 android_rows(&dir)?,
             );
             continue;
@@ -33,7 +34,7 @@ pub fn attach(
         if let Some(dir) = android_manifest_dir(name, datasets_dir, base) {
             let (rows, errors) = android_manifest_rows(&dir)?;
             problems.extend(errors);
-            att.insert(reprobench_proto::android::android_rows_key(name), rows);
+            att.insert(reprobench_domain::android::android_rows_key(name), rows);
             continue;
         }
         let ds = load(name, datasets_dir, base, None)?;
@@ -43,8 +44,7 @@ pub fn attach(
     for agent in &spec.agents {
         if let Some(path) = &agent.predictions {
             let full = resolve(base, path);
-            let parsed: swt::Parsed<Prediction> =
-                swt::load_rows(&full).map_err(anyhow::Error::msg)?;
+            let parsed: swt::Parsed<Prediction> = swt::load_rows(&full)?;
             problems.extend(parsed.errors);
             let text: String = parsed
                 .rows
@@ -86,9 +86,9 @@ pub fn android_manifest_dir(name: &str, datasets_dir: &Path, base: &Path) -> Opt
 /// The rows of a real-app android dataset as a sweep attaches them (the node reads the
 /// reports and APKs), and the rows that could not be read.
 fn android_manifest_rows(dir: &Path) -> Result<(String, Vec<RowError>)> {
-    use reprobench_proto::android::{AndroidRow, load_android_dataset};
+    use reprobench_domain::android::{AndroidRow, load_android_dataset};
     let name = dir.display().to_string();
-    let ds = load_android_dataset(&name, dir, None).map_err(anyhow::Error::msg)?;
+    let ds = load_android_dataset(&name, dir, None)?;
     let rows = ds
         .instances
         .iter()
@@ -108,8 +108,8 @@ fn android_manifest_rows(dir: &Path) -> Result<(String, Vec<RowError>)> {
 
 /// The rows of a simulator dataset as a sweep attaches them.
 fn android_rows(dir: &Path) -> Result<String> {
-    use reprobench_agent_node::android::sim::{BugKind, Dataset};
-    use reprobench_proto::android::{AndroidRow, BugType};
+    use reprobench_android::sim::{BugKind, Dataset};
+    use reprobench_domain::android::{AndroidRow, BugType};
     let ds = Dataset::load(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
     Ok(ds
         .reports
@@ -152,7 +152,7 @@ pub fn load(
     } else {
         name_or_path.to_string()
     };
-    swt::load_dataset(&arg, datasets_dir, env).map_err(anyhow::Error::msg)
+    Ok(swt::load_dataset(&arg, datasets_dir, env)?)
 }
 
 /// The usable instances as JSONL, environment inline.
@@ -211,10 +211,16 @@ pub fn list(datasets_dir: &Path) -> Result<()> {
                     .and_then(|t| serde_json::from_str::<swt::Manifest>(&t).ok())
                     .and_then(|m| m.expected_instances)
                     .map_or("-".to_string(), |n| n.to_string());
-                let state = if e.contains("datasets fetch") {
+                let state = if matches!(
+                    e,
+                    swt::LoadError::NoRows {
+                        fetchable: true,
+                        ..
+                    }
+                ) {
                     format!("not fetched (`reprobench datasets fetch {name}`)")
                 } else {
-                    e
+                    e.to_string()
                 };
                 println!("{:<16} {:<6} {:>9}  {state}", name, "swt", expected);
             }
@@ -279,7 +285,7 @@ pub fn show(name: &str, datasets_dir: &Path, env: Option<&Path>) -> Result<()> {
 fn instance_problems(i: &swt::SwtInstance) -> Vec<String> {
     let mut out = Vec::new();
     let env = i.env.as_ref().expect("load_dataset fills env");
-    if evaluate::parser_for(&i.repo, &env.log_parser).is_none() {
+    if parser_for(&i.repo, &env.log_parser).is_none() {
         out.push(format!(
             "log parser `{}` is unknown (known: {})",
             env.log_parser,
@@ -347,7 +353,7 @@ pub fn validate(name: &str, datasets_dir: &Path, env: Option<&Path>) -> Result<b
 /// `datasets validate` of a simulator suite: its apps and reports load, and every report names
 /// one of its apps.
 fn validate_android_sim(name: &str, dir: &Path) -> Result<bool> {
-    use reprobench_agent_node::android::sim::Dataset;
+    use reprobench_android::sim::Dataset;
     let ds = Dataset::load(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
     let mut bad = 0;
     for (id, report) in &ds.reports {
@@ -370,9 +376,8 @@ fn validate_android_sim(name: &str, dir: &Path) -> Result<bool> {
 /// `datasets validate` of a real-app android dataset: its rows load and, where the reports were
 /// fetched, each row has its report. Reports not fetched yet are listed, not counted as problems.
 fn validate_android_manifest(dir: &Path) -> Result<bool> {
-    use reprobench_proto::android::load_android_dataset;
-    let ds =
-        load_android_dataset(&dir.display().to_string(), dir, None).map_err(anyhow::Error::msg)?;
+    use reprobench_domain::android::load_android_dataset;
+    let ds = load_android_dataset(&dir.display().to_string(), dir, None)?;
     print_row_errors(&ds.errors);
     let bad = ds.errors.len();
     let missing = ds.missing_reports.len();
@@ -410,7 +415,7 @@ pub fn prepare(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> {
             ds.name
         ),
     };
-    for r in mirror::prepare(&sources, repos, &ds.instances).map_err(anyhow::Error::msg)? {
+    for r in mirror::prepare(&sources, repos, &ds.instances)? {
         let what = if r.already_present {
             "present"
         } else {
@@ -440,7 +445,7 @@ pub fn ensure_mirrors(ds: &LoadedDataset, repos: &Path) -> Result<()> {
         ds.manifest.as_ref().and_then(|m| m.sources.as_ref()),
     ) {
         (Some(dir), Some(src)) => {
-            mirror::prepare(&dir.join(src), repos, &ds.instances).map_err(anyhow::Error::msg)?;
+            mirror::prepare(&dir.join(src), repos, &ds.instances)?;
             Ok(())
         }
         // Instances whose mirror is missing are reported per instance by the nodes (bad input).
@@ -548,12 +553,12 @@ fn at_api_base(api_url: &str, base: &str) -> String {
 /// Plans a report fetch (pure apart from `exists`): rows whose file exists are skipped (so a
 /// fetch resumes), rows without a GitHub issue address fail with the reason.
 fn plan_reports(
-    instances: &[reprobench_proto::android::AndroidInstance],
+    instances: &[reprobench_domain::android::AndroidInstance],
     reports_dir: &Path,
     base: &str,
     exists: impl Fn(&Path) -> bool,
 ) -> ReportPlan {
-    use reprobench_proto::android::{github_api_url, github_comments_api_url, report_file_name};
+    use reprobench_domain::android::{github_api_url, github_comments_api_url, report_file_name};
     let mut plan = ReportPlan::default();
     for inst in instances {
         let file = reports_dir.join(report_file_name(&inst.report_id));
@@ -633,7 +638,8 @@ async fn fetch_report(client: &reqwest::Client, job: &ReportJob) -> Result<(), S
     } else {
         serde_json::Value::Array(vec![])
     };
-    let report = reprobench_proto::android::report_from_github_issue(&issue, &comments, &job.apk)?;
+    let report = reprobench_domain::android::report_from_github_issue(&issue, &comments, &job.apk)
+        .map_err(|e| e.to_string())?;
     let text = serde_json::to_string_pretty(&report).expect("a report serializes");
     // Write beside and rename, so an interrupted fetch never leaves half a file behind.
     let tmp = job.file.with_extension("json.part");
@@ -646,8 +652,8 @@ async fn fetch_report(client: &reqwest::Client, job: &ReportJob) -> Result<(), S
 /// `REPORT_ID.json` in LTGDroid's form. Existing files are kept (resumable); a failed row is
 /// reported and the others go on; the command fails at the end naming the failed rows.
 async fn fetch_android_reports(name: &str, datasets_dir: &Path) -> Result<()> {
-    use reprobench_proto::android::{ReportSource, load_android_dataset};
-    let ds = load_android_dataset(name, datasets_dir, None).map_err(anyhow::Error::msg)?;
+    use reprobench_domain::android::{ReportSource, load_android_dataset};
+    let ds = load_android_dataset(name, datasets_dir, None)?;
     let manifest = ds.manifest.as_ref().expect("loaded from a manifest");
     match manifest.source.as_ref().map(|s| s.reports) {
         Some(ReportSource::GithubIssues) => {}
@@ -807,9 +813,9 @@ pub fn import_mirrors(paths: &[PathBuf], repos: &Path, say: impl Fn(&str)) -> Re
 }
 
 /// Puts a mirror's substitute tags in place of the blobs it lacks (git replace refs) and says
-/// which; see [`reprobench_agent_node::sandbox::tree::replace_from_substitute_tags`].
+/// which; see [`reprobench_sandbox::tree::replace_from_substitute_tags`].
 fn say_substitutes(mirror: &Path, name: &str, say: &impl Fn(&str)) -> Result<()> {
-    let subs = reprobench_agent_node::sandbox::tree::replace_from_substitute_tags(mirror)
+    let subs = reprobench_sandbox::tree::replace_from_substitute_tags(mirror)
         .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
     for s in subs {
         say(&format!(
@@ -825,7 +831,7 @@ fn say_substitutes(mirror: &Path, name: &str, say: &impl Fn(&str)) -> Result<()>
 #[cfg(test)]
 mod fetch_tests {
     use super::*;
-    use reprobench_proto::android::{AndroidInstance, BugType};
+    use reprobench_domain::android::{AndroidInstance, BugType};
 
     fn row(id: &str, url: &str) -> AndroidInstance {
         AndroidInstance {

@@ -7,11 +7,11 @@ use crate::{SwtNodeArgs, Target, datasets, swt_report};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
-use reprobench_proto::grading::{GradingSettings, Rules};
-use reprobench_proto::kind::SlotSpec;
-use reprobench_proto::registry::{self, Track};
-use reprobench_proto::sweep::{AgentSpec, EvalSettings, SweepSpec};
-use reprobench_proto::swt::{self, Prediction, RowError};
+use reprobench_domain::grading::{GradingSettings, Rules};
+use reprobench_domain::kind::SlotSpec;
+use reprobench_domain::registry::{self, Track};
+use reprobench_domain::sweep::{AgentSpec, EvalSettings, SweepSpec};
+use reprobench_domain::swt::{self, Prediction, RowError};
 use reprobench_proto::v1::SubmitRunRequest;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -135,15 +135,14 @@ fn parse_packages_as_of(s: &str) -> Result<AsOf, String> {
 /// The executor to use when none is named: docker if the engine and base image are there.
 pub async fn auto_executor(node: &SwtNodeArgs, quiet: bool) -> String {
     let cfg = node.settings().docker;
-    let ready =
-        match reprobench_agent_node::sandbox::docker::DockerSandbox::connect(cfg.clone()).await {
-            Ok(sb) => sb
-                .base_python()
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
+    let ready = match reprobench_sandbox::docker::DockerSandbox::connect(cfg.clone()).await {
+        Ok(sb) => sb
+            .base_python()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
     match ready {
         Ok(()) => "docker".into(),
         Err(why) => {
@@ -190,7 +189,7 @@ fn load_predictions(
     path: &Path,
     known: &BTreeSet<String>,
 ) -> Result<(Vec<Prediction>, Vec<RowError>)> {
-    let parsed: swt::Parsed<Prediction> = swt::load_rows(path).map_err(anyhow::Error::msg)?;
+    let parsed: swt::Parsed<Prediction> = swt::load_rows(path)?;
     let mut problems = parsed.errors;
     let mut keep = Vec::new();
     let mut seen = BTreeSet::new();

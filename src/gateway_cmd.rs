@@ -2,8 +2,8 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use reprobench_agent_node::gateway::{Gateway, GatewayConfig};
-use reprobench_proto::sweep::{BackboneSpec, Budget};
+use reprobench_domain::sweep::{BackboneSpec, Budget};
+use reprobench_gateway::{Gateway, GatewayConfig};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,7 +65,7 @@ pub async fn gateway(a: GatewayArgs) -> Result<()> {
         default_backbone: Some(backbone.clone()),
         default_budget: budget
             .as_ref()
-            .map(reprobench_agent_node::agents::run::task_budget)
+            .map(reprobench_agents::run::task_budget)
             .unwrap_or_default(),
         ..GatewayConfig::default()
     };
@@ -137,7 +137,7 @@ pub struct GatewayBenchArgs {
 /// The gateway's added latency and throughput against a scripted upstream (not a model), or
 /// against a running model server with `--upstream`.
 pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
-    use reprobench_agent_node::gateway::bench::{BenchUpstream, run_against};
+    use reprobench_gateway::bench::{BenchUpstream, run_against};
     let target = match &a.upstream {
         Some(url) => {
             anyhow::ensure!(

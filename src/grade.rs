@@ -5,11 +5,12 @@
 use crate::swt_report::{self, one_cell, report_dir_name, write_instance_report};
 use anyhow::{Result, bail};
 use clap::Args;
-use reprobench_agent_node::swt::case::{self, CaseError};
-use reprobench_agent_node::swt::evaluate::{put_coverage, put_grade};
-use reprobench_agent_node::swt::grading::{InstanceGrade, Rules};
+use reprobench_agent_node::swt_executor::{put_coverage, put_grade};
 use reprobench_coordinator::store::Store;
-use reprobench_proto::grading::GradingSettings;
+use reprobench_domain::grading::GradingSettings;
+use reprobench_domain::results::ResultRow;
+use reprobench_swt::case::{self, CaseError};
+use reprobench_swt::grading::{InstanceGrade, Rules};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -67,9 +68,7 @@ fn headline(g: &InstanceGrade) -> String {
     } else {
         "unresolved"
     };
-    let n = |t: &Option<reprobench_agent_node::swt::grading::Categories>| {
-        t.as_ref().map_or(0, |t| t.len())
-    };
+    let n = |t: &Option<reprobench_swt::grading::Categories>| t.as_ref().map_or(0, |t| t.len());
     let mut line = format!(
         "{verdict}  W {}  F→X {}  F→P {}  P→P {}  tests pred {} gold {} base {}",
         yes(g.applicable),
@@ -153,7 +152,11 @@ fn regrade_run(a: &GradeArgs, run: &str) -> Result<ExitCode> {
             a.data.display()
         );
     }
-    let mut rows = store.results(run)?;
+    let mut rows: Vec<ResultRow> = store
+        .results(run)?
+        .into_iter()
+        .map(crate::client::row_from_wire)
+        .collect();
     rows.retain(|r| r.track == "swt");
     if rows.is_empty() {
         bail!("run `{run}` has no finished SWT result to regrade");

@@ -5,8 +5,8 @@
 use anyhow::{Context, Result, bail};
 use reprobench_coordinator::core::CoreConfig;
 use reprobench_coordinator::{Coordinator, ServeConfig};
+use reprobench_domain::kind::SlotSpec;
 use reprobench_proto::auth::CoordinatorAddress;
-use reprobench_proto::kind::SlotSpec;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -25,10 +25,10 @@ pub struct LocalNodes {
 
 /// Number of live nodes a coordinator sees.
 pub async fn live_nodes(address: &CoordinatorAddress) -> Result<u32> {
-    use reprobench_proto::v1::{ListRunsRequest, run_service_client::RunServiceClient};
-    Ok(RunServiceClient::new(address.connect().await?)
-        .max_decoding_message_size(256 << 20)
-        .list_runs(ListRunsRequest {})
+    Ok(address
+        .run_client()
+        .await?
+        .list_runs(reprobench_proto::v1::ListRunsRequest {})
         .await?
         .into_inner()
         .live_nodes)

@@ -15,7 +15,7 @@ mod swt_report;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use reprobench_proto::kind::SlotSpec;
+use reprobench_domain::kind::SlotSpec;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -47,10 +47,10 @@ enum Command {
     /// Run the coordinator: store, scheduler, and the gRPC services nodes and users call.
     Serve(ServeArgs),
     /// Run an agent node that joins a coordinator and executes tasks in its slots.
-    #[command(after_long_help = reprobench_proto::registry::help_text())]
+    #[command(after_long_help = reprobench_domain::registry::help_text())]
     Node(NodeArgs),
     /// Submit a sweep and wait for it, with progress on stderr.
-    #[command(after_long_help = reprobench_proto::registry::help_text())]
+    #[command(after_long_help = reprobench_domain::registry::help_text())]
     Run(RunArgs),
     /// Show runs (or one run, with --attempts its attempts and their reasons).
     Status(StatusArgs),
@@ -116,7 +116,7 @@ pub struct SwtNodeArgs {
     #[arg(long, value_name = "DIR")]
     artifacts: Option<PathBuf>,
     /// Base image of the docker executor (built by `reprobench images bootstrap`, or any image with Python).
-    #[arg(long, value_name = "IMAGE", default_value = reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE)]
+    #[arg(long, value_name = "IMAGE", default_value = reprobench_sandbox::docker::DEFAULT_BASE_IMAGE)]
     base_image: String,
     /// Disk the docker executor's environment and instance images may use (GiB); least recently used go first.
     #[arg(long, value_name = "GIB", default_value_t = 20)]
@@ -134,7 +134,7 @@ pub struct SwtNodeArgs {
     sim_latency_scale: f64,
     /// Device replicas ltgdroid pre-assesses each screen's candidate actions on, in parallel
     /// (K; the original runs them one after another, K = 1).
-    #[arg(long, value_name = "K", default_value_t = reprobench_agent_node::android::executor::DEFAULT_PREASSESS_REPLICAS)]
+    #[arg(long, value_name = "K", default_value_t = reprobench_android::executor::DEFAULT_PREASSESS_REPLICAS)]
     preassess_replicas: usize,
     /// The Android `emulator` binary the `emulator` executor launches [default: emulator on PATH].
     #[arg(long, value_name = "PATH")]
@@ -205,14 +205,14 @@ impl SwtNodeArgs {
         s.artifacts = Self::absolute(s.artifacts);
         s.allow_unisolated_process = self.allow_unisolated_process;
         s.emulator = self.avd.as_ref().map(|avd| {
-            use reprobench_agent_node::android::emulator::EmulatorSettings;
+            use reprobench_android::emulator::EmulatorSettings;
             let mut e = EmulatorSettings::new(
                 avd,
                 Self::absolute(self.apks.clone().unwrap_or_else(|| PathBuf::from("apks"))),
                 Self::absolute(
                     self.android_datasets
                         .clone()
-                        .unwrap_or_else(reprobench_proto::swt::default_datasets_dir),
+                        .unwrap_or_else(reprobench_domain::swt::default_datasets_dir),
                 ),
                 s.artifacts.clone(),
             );
@@ -309,7 +309,7 @@ enum ImportWhat {
         /// The SWT-bench rules the report was graded under (swt-bench-2024 for results published
         /// before 2025-09-11), recorded on every row so tables do not mix versions.
         #[arg(long, value_name = "RULES")]
-        rules: Option<reprobench_proto::grading::Rules>,
+        rules: Option<reprobench_domain::grading::Rules>,
     },
 }
 
@@ -384,7 +384,7 @@ enum ImagesCommand {
     /// Build the Python base image from Debian packages (debootstrap + docker import): no registry needed.
     Bootstrap {
         /// Tag of the image.
-        #[arg(long, default_value = reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE)]
+        #[arg(long, default_value = reprobench_sandbox::docker::DEFAULT_BASE_IMAGE)]
         tag: String,
         /// Debian suite.
         #[arg(long, default_value = "bookworm")]
@@ -404,7 +404,7 @@ enum ImagesCommand {
         #[arg(long, default_value = SELF_IMAGE)]
         tag: String,
         /// Base image (built by `images bootstrap`).
-        #[arg(long, default_value = reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE)]
+        #[arg(long, default_value = reprobench_sandbox::docker::DEFAULT_BASE_IMAGE)]
         base: String,
         /// Rebuild even if the tag exists.
         #[arg(long)]
@@ -546,7 +546,7 @@ impl RunArgs {
     fn datasets_dir(&self) -> PathBuf {
         self.datasets
             .clone()
-            .unwrap_or_else(reprobench_proto::swt::default_datasets_dir)
+            .unwrap_or_else(reprobench_domain::swt::default_datasets_dir)
     }
 }
 
@@ -820,7 +820,7 @@ async fn datasets_command(a: DatasetsArgs) -> Result<std::process::ExitCode> {
     let dir = a
         .datasets
         .clone()
-        .unwrap_or_else(reprobench_proto::swt::default_datasets_dir);
+        .unwrap_or_else(reprobench_domain::swt::default_datasets_dir);
     let repos = |r: Option<PathBuf>| r.unwrap_or_else(|| dir.join("repos"));
     match a.command {
         DatasetsCommand::List => datasets::list(&dir)?,
@@ -849,19 +849,18 @@ async fn images_command(a: ImagesArgs) -> Result<()> {
             mirror,
             force,
         } => {
-            let opts = reprobench_agent_node::sandbox::docker::BootstrapOptions {
+            let opts = reprobench_sandbox::docker::BootstrapOptions {
                 tag,
                 suite,
                 mirror,
                 work_dir: std::env::temp_dir().join("reprobench-bootstrap"),
                 force,
             };
-            let tag = reprobench_agent_node::sandbox::docker::bootstrap_base_image(&opts).await?;
+            let tag = reprobench_sandbox::docker::bootstrap_base_image(&opts).await?;
             println!("{tag}");
         }
         ImagesCommand::SelfImage { tag, base, force } => {
-            let tag = reprobench_agent_node::sandbox::docker::build_self_image(&base, &tag, force)
-                .await?;
+            let tag = reprobench_sandbox::docker::build_self_image(&base, &tag, force).await?;
             println!("{tag}");
         }
     }
@@ -870,7 +869,7 @@ async fn images_command(a: ImagesArgs) -> Result<()> {
 
 fn tables_command(a: TablesArgs) -> Result<()> {
     use reprobench_analysis::{frame, table, tables};
-    let format: table::Format = a.format.parse().map_err(anyhow::Error::msg)?;
+    let format: table::Format = a.format.parse()?;
     let published = match &a.published {
         Some(p) => {
             let text = std::fs::read_to_string(p)
@@ -886,7 +885,7 @@ fn tables_command(a: TablesArgs) -> Result<()> {
     let df = if only_published {
         frame::to_frame(&[])?
     } else {
-        frame::load(&a.results).map_err(anyhow::Error::msg)?
+        frame::load(&a.results)?
     };
     reprobench_analysis::check_rules(df.column("rules")?.str()?.iter(), a.mixed_rules)
         .map_err(anyhow::Error::msg)?;
@@ -894,15 +893,15 @@ fn tables_command(a: TablesArgs) -> Result<()> {
         reference: a.reference,
         published,
     };
-    let built = tables::build(&a.kind, &df, &opts).map_err(anyhow::Error::msg)?;
+    let built = tables::build(&a.kind, &df, &opts)?;
     print!("{}", table::render_all(&built, format));
     Ok(())
 }
 
 fn compare_command(a: CompareArgs) -> Result<std::process::ExitCode> {
     use reprobench_analysis::{frame, regression};
-    let new = frame::load_rows(&[&a.results]).map_err(anyhow::Error::msg)?;
-    let old = frame::load_rows(&[&a.baseline]).map_err(anyhow::Error::msg)?;
+    let new = frame::load_rows(&[&a.results])?;
+    let old = frame::load_rows(&[&a.baseline])?;
     reprobench_analysis::check_rules(
         new.iter().chain(&old).map(|r| r.rules.as_deref()),
         a.mixed_rules,
@@ -921,7 +920,7 @@ fn compare_command(a: CompareArgs) -> Result<std::process::ExitCode> {
 }
 
 fn report_command(a: ReportArgs) -> Result<()> {
-    let rows = reprobench_analysis::frame::load_rows(&a.results).map_err(anyhow::Error::msg)?;
+    let rows = reprobench_analysis::frame::load_rows(&a.results)?;
     let page = reprobench_analysis::report::page("reprobench report", rows)?;
     std::fs::write(&a.out, page).with_context(|| format!("cannot write {}", a.out.display()))?;
     eprintln!("wrote {}", a.out.display());
@@ -950,7 +949,7 @@ fn import_command(a: ImportArgs) -> Result<()> {
     let f =
         std::fs::File::create(&out).with_context(|| format!("cannot create {}", out.display()))?;
     if out.extension().is_some_and(|e| e == "parquet") {
-        reprobench_analysis::frame::write_parquet(&rows, f).map_err(anyhow::Error::msg)?;
+        reprobench_analysis::frame::write_parquet(&rows, f)?;
     } else {
         let mut w = std::io::BufWriter::new(f);
         for r in &rows {
@@ -1036,13 +1035,10 @@ mod tests {
     fn the_node_defaults_are_the_flags_defaults() {
         let d = super::SwtNodeArgs::defaults();
         assert_eq!(d.image_budget_gb, 20);
-        assert_eq!(
-            d.base_image,
-            reprobench_agent_node::sandbox::docker::DEFAULT_BASE_IMAGE
-        );
+        assert_eq!(d.base_image, reprobench_sandbox::docker::DEFAULT_BASE_IMAGE);
         assert_eq!(
             d.preassess_replicas,
-            reprobench_agent_node::android::executor::DEFAULT_PREASSESS_REPLICAS
+            reprobench_android::executor::DEFAULT_PREASSESS_REPLICAS
         );
     }
 }

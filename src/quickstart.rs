@@ -3,7 +3,7 @@
 
 use crate::local::LocalNodes;
 use anyhow::Result;
-use reprobench_proto::kind::SlotSpec;
+use reprobench_domain::kind::SlotSpec;
 use std::path::Path;
 
 /// The android part of quickstart: `android-sim` with `gold-trace` and `monkey` on `sim` slots,
@@ -13,10 +13,10 @@ async fn quickstart_android(
     node: &crate::SwtNodeArgs,
     nodes: u32,
     json: bool,
-    backbone: Option<reprobench_proto::sweep::BackboneSpec>,
+    backbone: Option<reprobench_domain::sweep::BackboneSpec>,
 ) -> Result<crate::client::Finished> {
-    let datasets_dir = reprobench_proto::swt::default_datasets_dir();
-    let mut spec = reprobench_proto::sweep::SweepSpec::from_toml(
+    let datasets_dir = reprobench_domain::swt::default_datasets_dir();
+    let mut spec = reprobench_domain::sweep::SweepSpec::from_toml(
         "name = \"quickstart-android\"\ndatasets = [\"android-sim\"]\n[[agents]]\nname = \"gold-trace\"\n[[agents]]\nname = \"monkey\"\n",
     )?;
     if let Some(b) = backbone {
@@ -45,7 +45,7 @@ async fn quickstart_android(
 
 /// The backbone quickstart uses, from `REPROBENCH_BASE_URL`, `REPROBENCH_MODEL` and
 /// `REPROBENCH_API_KEY` (or `OPENAI_API_KEY`); `None` when no endpoint is configured.
-pub fn backbone_from_env() -> Option<reprobench_proto::sweep::BackboneSpec> {
+pub fn backbone_from_env() -> Option<reprobench_domain::sweep::BackboneSpec> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     let key_env = ["REPROBENCH_API_KEY", "OPENAI_API_KEY"]
         .into_iter()
@@ -56,7 +56,7 @@ pub fn backbone_from_env() -> Option<reprobench_proto::sweep::BackboneSpec> {
             .map(|_| "https://api.openai.com/v1".to_string())
     })?;
     let model = var("REPROBENCH_MODEL").unwrap_or_else(|| "gpt-4.1-mini".into());
-    Some(reprobench_proto::sweep::BackboneSpec {
+    Some(reprobench_domain::sweep::BackboneSpec {
         name: model.clone(),
         base_url,
         model,
@@ -76,7 +76,7 @@ pub fn backbone_from_env() -> Option<reprobench_proto::sweep::BackboneSpec> {
 /// `gold-trace` and `monkey` (and `ltgdroid` with a backbone) on simulated devices.
 pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
     let node = crate::SwtNodeArgs::defaults();
-    let datasets_dir = reprobench_proto::swt::default_datasets_dir();
+    let datasets_dir = reprobench_domain::swt::default_datasets_dir();
     let ds = crate::datasets::load("swt-mini", &datasets_dir, Path::new("."), None)?;
     crate::datasets::ensure_mirrors(&ds, &node.settings().repos)?;
     let executor = crate::eval::auto_executor(&node, json).await;
@@ -103,7 +103,7 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
     if backbone.is_some() {
         agents.extend(["reproagent", "zero-shot-plus"]);
     }
-    let spec = reprobench_proto::sweep::SweepSpec {
+    let spec = reprobench_domain::sweep::SweepSpec {
         name: "quickstart".into(),
         datasets: vec!["swt-mini".into()],
         repeats: 1,
@@ -111,7 +111,7 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
         max_attempts: 3,
         agents: agents
             .into_iter()
-            .map(|a| reprobench_proto::sweep::AgentSpec {
+            .map(|a| reprobench_domain::sweep::AgentSpec {
                 name: a.into(),
                 variants: vec!["full".into()],
                 predictions: None,
@@ -121,7 +121,7 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
             .collect(),
         backbones: backbone.into_iter().collect(),
         budget: Default::default(),
-        eval: reprobench_proto::sweep::EvalSettings {
+        eval: reprobench_domain::sweep::EvalSettings {
             executor: executor.clone(),
             timeout_s: 300,
             ..Default::default()

@@ -330,7 +330,7 @@ pub fn review(a: ReviewArgs) -> Result<()> {
                 VerdictArg::Reproduced => HumanVerdict::Reproduced,
                 VerdictArg::NotReproduced => HumanVerdict::NotReproduced,
             };
-            let now = reprobench_proto::time::now_ms();
+            let now = reprobench_domain::time::now_ms();
             let after = store
                 .submit_review(&run, item.task_id, &reviewer, verdict, note.as_deref(), now)?
                 .map_err(|refusal| anyhow!("{}: {refusal}", describe(item)))

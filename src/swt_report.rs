@@ -3,17 +3,17 @@
 //! result holding `report.json` beside the six logs.
 
 use anyhow::{Context, Result};
-use reprobench_agent_node::swt::grading::RUNS;
-use reprobench_proto::grading::GradingSettings;
-use reprobench_proto::swt::RowError;
-use reprobench_proto::v1::ResultRow;
+use reprobench_domain::grading::GradingSettings;
+use reprobench_domain::results::ResultRow;
+use reprobench_domain::swt::RowError;
+use reprobench_swt::grading::RUNS;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// SWT-bench's run summary, plus F→P, F→X, P→P, applicability and suspicious counts and the
 /// rules that graded it.
 pub fn summary(
-    rows: &[reprobench_proto::v1::ResultRow],
+    rows: &[reprobench_domain::results::ResultRow],
     total: usize,
     unusable: &[RowError],
     grading: GradingSettings,
@@ -24,13 +24,11 @@ pub fn summary(
     for r in rows {
         let d: serde_json::Value = serde_json::from_str(&r.details_json).unwrap_or_default();
         if r.error_class.is_none() {
-            coverage.push(
-                reprobench_agent_node::swt::grading::coverage::CoverageFigures {
-                    coverage_pred: d["coverage_pred"].as_f64(),
-                    coverage_delta_pred: d["coverage_delta_pred"].as_f64(),
-                    ..Default::default()
-                },
-            );
+            coverage.push(reprobench_swt::grading::coverage::CoverageFigures {
+                coverage_pred: d["coverage_pred"].as_f64(),
+                coverage_delta_pred: d["coverage_delta_pred"].as_f64(),
+                ..Default::default()
+            });
         }
         let id = r.instance_id.clone();
         if r.error_class.is_some() {
@@ -63,8 +61,7 @@ pub fn summary(
     }
     let n = |k: &str| ids.get(k).map_or(0, Vec::len);
     let list = |k: &str| serde_json::json!(ids.get(k).cloned().unwrap_or_default());
-    let (mean_coverage, mean_coverage_delta) =
-        reprobench_agent_node::swt::grading::coverage::means(&coverage);
+    let (mean_coverage, mean_coverage_delta) = reprobench_swt::grading::coverage::means(&coverage);
     serde_json::json!({
         "total_instances": total,
         "completed_instances": n("completed_ids"),
@@ -91,7 +88,7 @@ pub fn summary(
 /// Writes `results.jsonl` and `summary.json` into `dir`.
 pub fn write_summary_files(
     dir: &Path,
-    rows: &[reprobench_proto::v1::ResultRow],
+    rows: &[reprobench_domain::results::ResultRow],
     summary: &serde_json::Value,
 ) -> Result<()> {
     std::fs::create_dir_all(dir)?;

@@ -97,10 +97,10 @@ fn one_report_suite(dir: &std::path::Path, id: &str) -> std::path::PathBuf {
 
 #[test]
 fn ltgdroid_variants_and_baselines_run_through_the_gateway_against_a_scripted_server() {
-    use reprobench_agent_node::android::device::Action;
-    use reprobench_agent_node::android::ltgdroid::guided::{GuidedShape, answer};
-    use reprobench_agent_node::android::ltgdroid::prompts::Stage;
-    use reprobench_agent_node::gateway::scripted::{ScriptedReply, ScriptedUpstream};
+    use reprobench_android::device::Action;
+    use reprobench_android::ltgdroid::guided::{GuidedShape, answer};
+    use reprobench_android::ltgdroid::prompts::Stage;
+    use reprobench_gateway::scripted::{ScriptedReply, ScriptedUpstream};
 
     let id = "pocketbudget-10";
     let dir = tempfile::tempdir().unwrap();

@@ -84,7 +84,9 @@ fn three_local_nodes_run_synthetic_200_with_one_result_per_task() {
         .unwrap();
     let text = String::from_utf8(csv.stdout).unwrap();
     assert_eq!(text.lines().count(), 201, "header plus one line per task");
-    assert!(text.starts_with("run_id,sweep,track,dataset,instance_id"));
+    // Every row says which version of the results schema wrote it.
+    assert!(text.starts_with("schema_version,run_id,sweep,track,dataset,instance_id"));
+    assert!(text.lines().nth(1).unwrap().starts_with("1,"));
 }
 
 #[test]

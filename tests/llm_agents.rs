@@ -6,7 +6,7 @@
 mod common;
 
 use common::bin;
-use reprobench_agent_node::gateway::scripted::{ScriptedReply, ScriptedRequest, ScriptedUpstream};
+use reprobench_gateway::scripted::{ScriptedReply, ScriptedRequest, ScriptedUpstream};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -148,7 +148,7 @@ fn responder(
             if !has_tool_result {
                 return ScriptedReply::Message {
                     content: None,
-                    tool_calls: vec![reprobench_agent_node::gateway::scripted::ScriptedToolCall {
+                    tool_calls: vec![reprobench_gateway::scripted::ScriptedToolCall {
                         name: "grep".into(),
                         arguments: json!({"pattern": "def "}).to_string(),
                     }],

@@ -1,0 +1,1098 @@
+//! The node runtime: one event loop that keeps a connection to the coordinator (reconnecting
+//! with backoff), runs granted attempts up to its slots, heartbeats whether busy or not, keeps
+//! every finished result until the coordinator acknowledges it, stops work whose lease it has
+//! lost, and drains on request.
+
+use crate::swt_executor::SwtExecutor;
+use crate::synthetic::SyntheticExecutor;
+use reprobench_domain::kind::SlotSpec;
+use reprobench_domain::registry::ExecutorKind;
+use reprobench_executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor};
+use reprobench_gateway::{Gateway, GatewayConfig};
+use reprobench_proto::auth::{ClientError, CoordinatorAddress, error_chain};
+use reprobench_proto::v1::node_service_client::NodeServiceClient;
+use reprobench_proto::v1::{
+    AttemptProgress, AttemptRef, AttemptResult, Credit, Draining, FailureClass, HandBack,
+    Heartbeat, Hello, NodeMessage, Outcome, RegisterRequest, SlotCount, coordinator_message,
+    node_message,
+};
+use reprobench_sandbox::docker::{DockerConfig, DockerSandbox};
+use reprobench_sandbox::process::ProcessSandbox;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::Code;
+use tracing::Instrument;
+
+/// How to run a node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// The coordinator to join.
+    pub coordinator: CoordinatorAddress,
+    /// This node's id, stable across reconnects.
+    pub node_id: String,
+    /// Slots per executor kind.
+    pub slots: Vec<SlotSpec>,
+    /// How long a drain waits for running attempts before handing them back.
+    pub drain_timeout: Duration,
+    /// Longest wait between reconnection tries.
+    pub max_backoff: Duration,
+    /// Where SWT executors find mirrors and keep caches and artifacts.
+    pub swt: SwtSettings,
+    /// Told the number of running attempts whenever it changes (a Kubernetes pod keeps its
+    /// deletion cost from it).
+    pub running_count: Option<Arc<tokio::sync::watch::Sender<usize>>>,
+}
+
+/// Settings of the SWT executors (`docker`, `process`).
+/// Serialized, it is the typed value `run`, `eval` and `quickstart` hand their local nodes.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct SwtSettings {
+    /// Directory of bare mirrors `OWNER__NAME.git`.
+    pub repos: PathBuf,
+    /// Cache of gold/base executions and of process-sandbox environments.
+    pub cache_dir: PathBuf,
+    /// Where each attempt's files (test patch, logs, report) go.
+    pub artifacts: PathBuf,
+    /// Docker sandbox settings.
+    pub docker: DockerConfig,
+    /// Replay recorded LLM transcripts (a file or directory) instead of calling backbones.
+    pub replay: Option<PathBuf>,
+    /// The `android-sim` suite (apps and reports) the `sim` executor runs.
+    pub android_sim: PathBuf,
+    /// Factor on the simulator's latency model (0: instant; 1: the emulator-like defaults).
+    pub sim_latency_scale: f64,
+    /// Device replicas ltgdroid pre-assesses candidate actions on (K).
+    pub preassess_replicas: usize,
+    /// The `emulator` executor's settings; `None` when no AVD was given (`--avd`).
+    pub emulator: Option<reprobench_android::emulator::EmulatorSettings>,
+    /// Run process executions this node cannot isolate (no network namespace, limits not
+    /// set) instead of refusing them; every report then says so.
+    pub allow_unisolated_process: bool,
+}
+
+impl Default for SwtSettings {
+    fn default() -> Self {
+        let docker = DockerConfig::default();
+        SwtSettings {
+            repos: reprobench_domain::swt::default_datasets_dir().join("repos"),
+            cache_dir: docker.cache_dir.clone(),
+            artifacts: docker.cache_dir.join("artifacts"),
+            docker,
+            replay: None,
+            android_sim: reprobench_domain::swt::default_datasets_dir().join("android-sim"),
+            sim_latency_scale: 0.0,
+            preassess_replicas: reprobench_android::executor::DEFAULT_PREASSESS_REPLICAS,
+            emulator: None,
+            allow_unisolated_process: false,
+        }
+    }
+}
+
+/// Cache directory of the process sandbox: `CACHE/process`, unless the node runs as root and the
+/// unprivileged user executions run as cannot reach it (a cache under /root); then /var/tmp.
+fn process_cache_dir(cache: &std::path::Path) -> PathBuf {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let _ = std::fs::create_dir_all(cache);
+    if root && !reprobench_sandbox::process::nobody_can_reach(cache) {
+        PathBuf::from("/var/tmp/reprobench/process")
+    } else {
+        cache.join("process")
+    }
+}
+
+/// Builds the executor of each kind the node offers slots for.
+async fn build_executors(
+    cfg: &NodeConfig,
+) -> Result<HashMap<String, Arc<dyn Executor>>, NodeError> {
+    let mut executors: HashMap<String, Arc<dyn Executor>> = HashMap::new();
+    let mut gateway: Option<Gateway> = None;
+    for spec in &cfg.slots {
+        let Some(kind) = ExecutorKind::parse(&spec.kind) else {
+            return Err(NodeError::Config(format!(
+                "`{}` is not an executor kind; offer slots of: {}",
+                spec.kind,
+                ExecutorKind::names()
+            )));
+        };
+        if kind.runs_agents() && gateway.is_none() {
+            let config = GatewayConfig {
+                replay: cfg.swt.replay.clone(),
+                ..GatewayConfig::default()
+            };
+            let g = Gateway::start(([127, 0, 0, 1], 0).into(), config)
+                .await
+                .map_err(|e| NodeError::Config(format!("the node's LLM gateway: {e}")))?;
+            tracing::info!(url = %g.base_url(), replay = g.is_replay(), "LLM gateway listening");
+            gateway = Some(g);
+        }
+        let s = &cfg.swt;
+        let exec: Arc<dyn Executor> = match kind {
+            ExecutorKind::Synthetic => Arc::new(SyntheticExecutor),
+            ExecutorKind::Sim => {
+                let e = reprobench_android::executor::SimExecutor::new(
+                    s.android_sim.clone(),
+                    s.sim_latency_scale,
+                    s.artifacts.clone(),
+                )
+                .with_replicas(s.preassess_replicas);
+                Arc::new(match &gateway {
+                    Some(g) => e.with_gateway(g.clone()),
+                    None => e,
+                })
+            }
+            ExecutorKind::Emulator => {
+                let Some(mut settings) = s.emulator.clone() else {
+                    return Err(NodeError::Config(
+                        "--slots emulator=N needs an emulator setup: pass --avd NAME (and --apks DIR; optionally --emulator PATH, --adb PATH, --emulators N, --android-datasets DIR)".into(),
+                    ));
+                };
+                if settings.emulators == 0 {
+                    // One emulator per slot unless --emulators says otherwise.
+                    settings.emulators = spec.slots.min(u16::MAX as u32) as u16;
+                }
+                let e = reprobench_android::emulator::EmulatorExecutor::new(settings)
+                    .map_err(|e| NodeError::Config(format!("--slots emulator=N: {e}")))?;
+                Arc::new(match &gateway {
+                    Some(g) => e.with_gateway(g.clone()),
+                    None => e,
+                })
+            }
+            ExecutorKind::Process => {
+                let sandbox = Arc::new(
+                    ProcessSandbox::new(process_cache_dir(&s.cache_dir))
+                        .allow_unisolated(s.allow_unisolated_process),
+                );
+                let e = SwtExecutor::new(
+                    sandbox,
+                    s.repos.clone(),
+                    s.cache_dir.clone(),
+                    s.artifacts.clone(),
+                );
+                Arc::new(match &gateway {
+                    Some(g) => e.with_gateway(g.clone()),
+                    None => e,
+                })
+            }
+            ExecutorKind::Docker => {
+                let sandbox = DockerSandbox::connect(s.docker.clone())
+                    .await
+                    .map_err(|e| NodeError::Config(format!("--slots docker=N: {e}")))?;
+                let e = SwtExecutor::new(
+                    Arc::new(sandbox),
+                    s.repos.clone(),
+                    s.cache_dir.clone(),
+                    s.artifacts.clone(),
+                );
+                Arc::new(match &gateway {
+                    Some(g) => e.with_gateway(g.clone()),
+                    None => e,
+                })
+            }
+        };
+        executors.insert(spec.kind.clone(), exec);
+    }
+    Ok(executors)
+}
+
+/// Why a node stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// The coordinator refused this node (token, protocol version, bad slots).
+    #[error("the coordinator refused this node: {0}")]
+    Refused(String),
+    /// The configuration cannot work.
+    #[error("{0}")]
+    Config(String),
+}
+
+/// Events from attempts and from the connection's reader task.
+enum Event {
+    Done {
+        attempt: AttemptRef,
+        end: AttemptEnd,
+    },
+    Inbound {
+        generation: u64,
+        body: coordinator_message::Body,
+    },
+    Closed {
+        generation: u64,
+        reason: String,
+    },
+}
+
+struct RunningAttempt {
+    kind: String,
+    cancel: CancellationToken,
+    /// The node's own view of the lease: it stops the attempt when this passes without renewal.
+    local_deadline: Instant,
+    /// Hand the attempt back (drain) instead of staying silent when it stops.
+    hand_back: bool,
+}
+
+struct Connection {
+    generation: u64,
+    out: mpsc::UnboundedSender<NodeMessage>,
+    /// Send times of heartbeats (and the hello) not yet answered by a renewal.
+    unanswered: VecDeque<Instant>,
+}
+
+struct Node {
+    cfg: NodeConfig,
+    executors: HashMap<String, Arc<dyn Executor>>,
+    free: HashMap<String, u32>,
+    running: HashMap<AttemptRef, RunningAttempt>,
+    outbox: BTreeMap<(u64, u64), AttemptResult>,
+    warm: HashSet<String>,
+    conn: Option<Connection>,
+    generation: u64,
+    lease_ms: u64,
+    heartbeat_ms: u64,
+    draining: bool,
+    drain_deadline: Option<Instant>,
+    events_tx: mpsc::UnboundedSender<Event>,
+    progress_tx: mpsc::UnboundedSender<(AttemptRef, f64, String)>,
+}
+
+fn msg(body: node_message::Body) -> NodeMessage {
+    NodeMessage { body: Some(body) }
+}
+
+/// Runs a node until it is drained (after `shutdown` resolves, or the coordinator asks) or refused.
+/// A second resolution of `shutdown` (e.g. a second Ctrl-C) hands running work back at once.
+pub async fn run_node(
+    cfg: NodeConfig,
+    mut shutdown: mpsc::UnboundedReceiver<()>,
+) -> Result<(), NodeError> {
+    let executors = build_executors(&cfg).await?;
+    if cfg.slots.is_empty() {
+        return Err(NodeError::Config(
+            "no slots offered; pass --slots KIND=N, e.g. --slots synthetic=2".into(),
+        ));
+    }
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel();
+    let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
+    let mut node = Node {
+        free: cfg
+            .slots
+            .iter()
+            .map(|s| (s.kind.clone(), s.slots))
+            .collect(),
+        cfg,
+        executors,
+        running: HashMap::new(),
+        outbox: BTreeMap::new(),
+        warm: HashSet::new(),
+        conn: None,
+        generation: 0,
+        lease_ms: 15_000,
+        heartbeat_ms: 3_000,
+        draining: false,
+        drain_deadline: None,
+        events_tx,
+        progress_tx,
+    };
+
+    let mut backoff = Duration::from_millis(100);
+    let mut next_connect = Instant::now();
+    let mut next_heartbeat = Instant::now();
+    let mut signals = 0u32;
+    let mut shutdown_open = true;
+    let watchdog = Duration::from_millis(50);
+    loop {
+        if node.draining
+            && node.running.is_empty()
+            && (node.outbox.is_empty()
+                || node.conn.is_none() && node.past_drain(Duration::from_secs(10)))
+        {
+            if !node.outbox.is_empty() {
+                tracing::warn!(
+                    results = node.outbox.len(),
+                    "drained without delivering every result; the coordinator will rerun those tasks when their leases expire"
+                );
+            }
+            tracing::info!(node = %node.cfg.node_id, "drained; stopping");
+            return Ok(());
+        }
+        if node.conn.is_none() && Instant::now() >= next_connect {
+            match node.connect().await {
+                Ok(()) => {
+                    backoff = Duration::from_millis(100);
+                    next_heartbeat = Instant::now() + Duration::from_millis(node.heartbeat_ms);
+                }
+                Err(ConnectFailure::Fatal(e)) => return Err(e),
+                Err(ConnectFailure::Retry(reason)) => {
+                    let jitter = 0.5
+                        + reprobench_domain::synthetic::SplitMix64::new(
+                            node.generation ^ u64::from(std::process::id()),
+                        )
+                        .next_f64();
+                    let wait = backoff.mul_f64(jitter).min(node.cfg.max_backoff);
+                    tracing::warn!(%reason, retry_in_ms = wait.as_millis() as u64, "coordinator unreachable; retrying");
+                    next_connect = Instant::now() + wait;
+                    backoff = (backoff * 2).min(node.cfg.max_backoff);
+                }
+            }
+            continue;
+        }
+        let wake = [
+            Some(Instant::now() + watchdog),
+            node.conn.is_none().then_some(next_connect),
+            node.conn.is_some().then_some(next_heartbeat),
+            node.drain_deadline,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("the watchdog is always set");
+        tokio::select! {
+            Some(ev) = events_rx.recv() => node.handle(ev),
+            Some((attempt, fraction, message)) = progress_rx.recv() => {
+                node.send(node_message::Body::Progress(AttemptProgress { attempt: Some(attempt), message, fraction }));
+            }
+            sig = shutdown.recv(), if shutdown_open => {
+                signals += 1;
+                shutdown_open = sig.is_some();
+                if signals > 1 {
+                    tracing::warn!("second stop request: handing running work back now");
+                    node.drain_deadline = Some(Instant::now());
+                }
+                node.start_drain("stop requested");
+            }
+            _ = tokio::time::sleep_until(wake.into()) => {}
+        }
+        let now = Instant::now();
+        if node.conn.is_some() && now >= next_heartbeat {
+            node.heartbeat();
+            next_heartbeat = now + Duration::from_millis(node.heartbeat_ms);
+        }
+        if node.drain_deadline.is_some_and(|d| now >= d) {
+            node.hand_back_all();
+        }
+        node.check_local_leases(now);
+    }
+}
+
+enum ConnectFailure {
+    Fatal(NodeError),
+    Retry(String),
+}
+
+impl Node {
+    /// The node's own lease length: a tenth shorter than the coordinator's, so the node gives
+    /// work up before the coordinator can grant it to someone else.
+    fn local_lease(&self, lease_ms: u64) -> Duration {
+        let ms = if lease_ms == 0 {
+            self.lease_ms
+        } else {
+            lease_ms
+        };
+        Duration::from_millis(ms - ms / 10)
+    }
+
+    fn past_drain(&self, grace: Duration) -> bool {
+        self.drain_deadline
+            .is_some_and(|d| Instant::now() >= d + grace)
+    }
+
+    fn send(&self, body: node_message::Body) {
+        if let Some(c) = &self.conn {
+            let _ = c.out.send(msg(body));
+        }
+    }
+
+    /// Attempts whose lease the node still holds, including finished ones awaiting an ack.
+    fn held(&self) -> Vec<AttemptRef> {
+        let mut held: Vec<AttemptRef> = self.running.keys().copied().collect();
+        held.extend(self.outbox.values().filter_map(|r| r.attempt));
+        held
+    }
+
+    async fn connect(&mut self) -> Result<(), ConnectFailure> {
+        let channel = self.cfg.coordinator.connect().await.map_err(|e| match e {
+            ClientError::Unreachable { .. } => ConnectFailure::Retry(e.to_string()),
+            other => ConnectFailure::Fatal(NodeError::Config(other.to_string())),
+        })?;
+        let mut client = NodeServiceClient::new(channel).max_decoding_message_size(256 << 20);
+        let slots = self
+            .cfg
+            .slots
+            .iter()
+            .map(|s| SlotCount {
+                kind: s.kind.clone(),
+                slots: s.slots,
+            })
+            .collect();
+        let req = RegisterRequest {
+            protocol_version: reprobench_proto::PROTOCOL_VERSION,
+            node_id: self.cfg.node_id.clone(),
+            hostname: hostname(),
+            slots,
+            binary_version: reprobench_proto::BINARY_VERSION.into(),
+        };
+        let classify = |s: tonic::Status| match s.code() {
+            Code::Unauthenticated
+            | Code::FailedPrecondition
+            | Code::InvalidArgument
+            | Code::PermissionDenied => {
+                ConnectFailure::Fatal(NodeError::Refused(s.message().to_string()))
+            }
+            _ => ConnectFailure::Retry(format!("{}: {}", s.code(), s.message())),
+        };
+        let resp = client.register(req).await.map_err(classify)?.into_inner();
+        self.lease_ms = resp.lease_ms.max(100);
+        self.heartbeat_ms = resp.heartbeat_ms.clamp(20, self.lease_ms / 2);
+
+        let (out, rx) = mpsc::unbounded_channel();
+        let free = self
+            .free
+            .iter()
+            .map(|(k, n)| SlotCount {
+                kind: k.clone(),
+                slots: if self.draining { 0 } else { *n },
+            })
+            .collect();
+        let hello = Hello {
+            node_id: self.cfg.node_id.clone(),
+            running: self.held(),
+            free,
+            warm_keys: self.warm.iter().cloned().collect(),
+            draining: self.draining,
+        };
+        let _ = out.send(msg(node_message::Body::Hello(hello)));
+        let sent_at = Instant::now();
+        let mut inbound = client
+            .work(UnboundedReceiverStream::new(rx))
+            .await
+            .map_err(classify)?
+            .into_inner();
+        self.generation += 1;
+        let generation = self.generation;
+        let events = self.events_tx.clone();
+        tokio::spawn(async move {
+            let reason = loop {
+                match inbound.message().await {
+                    Ok(Some(m)) => {
+                        if let Some(body) = m.body
+                            && events.send(Event::Inbound { generation, body }).is_err()
+                        {
+                            return;
+                        }
+                    }
+                    Ok(None) => break "the coordinator closed the stream".to_string(),
+                    Err(s) => break format!("{}: {}", s.code(), error_chain(&s)),
+                }
+            };
+            let _ = events.send(Event::Closed { generation, reason });
+        });
+        self.conn = Some(Connection {
+            generation,
+            out,
+            unanswered: VecDeque::from([sent_at]),
+        });
+        for r in self.outbox.values() {
+            self.send(node_message::Body::Result(r.clone()));
+        }
+        if self.draining {
+            self.send(node_message::Body::Draining(Draining {}));
+        }
+        tracing::info!(node = %self.cfg.node_id, url = %self.cfg.coordinator.url, held = self.running.len() + self.outbox.len(), "connected to the coordinator");
+        Ok(())
+    }
+
+    fn heartbeat(&mut self) {
+        let running = self.held();
+        if let Some(c) = &mut self.conn {
+            c.unanswered.push_back(Instant::now());
+            let _ = c
+                .out
+                .send(msg(node_message::Body::Heartbeat(Heartbeat { running })));
+        }
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Done { attempt, end } => self.attempt_done(attempt, end),
+            Event::Closed { generation, reason } => {
+                if self
+                    .conn
+                    .as_ref()
+                    .is_some_and(|c| c.generation == generation)
+                {
+                    tracing::warn!(%reason, "lost the coordinator; running attempts go on while their leases last");
+                    self.conn = None;
+                }
+            }
+            Event::Inbound { generation, body } => {
+                if self
+                    .conn
+                    .as_ref()
+                    .is_some_and(|c| c.generation == generation)
+                {
+                    self.inbound(body);
+                }
+            }
+        }
+    }
+
+    fn inbound(&mut self, body: coordinator_message::Body) {
+        use coordinator_message::Body;
+        match body {
+            Body::Grant(g) => {
+                let Some(attempt) = g.attempt else { return };
+                let free = self.free.get_mut(&g.kind);
+                let (Some(free), Some(exec)) = (
+                    free.filter(|f| **f > 0),
+                    self.executors.get(&g.kind).cloned(),
+                ) else {
+                    let reason = format!("no free `{}` slot on {}", g.kind, self.cfg.node_id);
+                    self.send(hand_back(attempt, reason));
+                    return;
+                };
+                *free -= 1;
+                let cancel = CancellationToken::new();
+                let local_deadline = Instant::now() + self.local_lease(g.lease_ms);
+                self.running.insert(
+                    attempt,
+                    RunningAttempt {
+                        kind: g.kind.clone(),
+                        cancel: cancel.clone(),
+                        local_deadline,
+                        hand_back: false,
+                    },
+                );
+                self.running_changed();
+                self.warm.insert(g.affinity_key.clone());
+                tracing::debug!(task = attempt.task_id, epoch = attempt.epoch, instance = %g.instance_id, "granted");
+                let spec = AttemptSpec {
+                    attempt,
+                    run_id: g.run_id,
+                    agent: g.agent,
+                    variant: g.variant,
+                    instance_id: g.instance_id,
+                    affinity_key: g.affinity_key,
+                    payload_json: g.payload_json,
+                    attempt_number: g.attempt_number,
+                };
+                let ctx = AttemptContext {
+                    cancel,
+                    progress: self.progress_tx.clone(),
+                };
+                let events = self.events_tx.clone();
+                let span = attempt_span(&spec);
+                tokio::spawn(
+                    async move {
+                        let end = run_catching_panics(exec, spec, ctx).await;
+                        let _ = events.send(Event::Done { attempt, end });
+                    }
+                    .instrument(span),
+                );
+            }
+            Body::Renewal(r) => {
+                let sent_at = self
+                    .conn
+                    .as_mut()
+                    .and_then(|c| c.unanswered.pop_front())
+                    .unwrap_or_else(Instant::now);
+                let deadline = sent_at + self.local_lease(r.lease_ms);
+                for a in r.renewed {
+                    if let Some(run) = self.running.get_mut(&a) {
+                        run.local_deadline = run.local_deadline.max(deadline);
+                    }
+                }
+            }
+            Body::Revoke(r) | Body::Cancel(r) => {
+                if let Some(a) = r.attempt
+                    && let Some(run) = self.running.get(&a)
+                {
+                    tracing::warn!(task = a.task_id, epoch = a.epoch, reason = %r.reason, "attempt stopped by the coordinator");
+                    run.cancel.cancel();
+                }
+            }
+            Body::ResultAck(ack) => {
+                if let Some(a) = ack.attempt {
+                    self.outbox.remove(&(a.task_id, a.epoch));
+                    if !ack.accepted {
+                        tracing::warn!(task = a.task_id, epoch = a.epoch, reason = %ack.reason, "result refused");
+                    }
+                }
+            }
+            Body::Drain(d) => self.start_drain(&d.reason),
+        }
+    }
+
+    fn running_changed(&self) {
+        if let Some(tx) = &self.cfg.running_count {
+            tx.send_replace(self.running.len());
+        }
+    }
+
+    fn attempt_done(&mut self, attempt: AttemptRef, end: AttemptEnd) {
+        let Some(run) = self.running.remove(&attempt) else {
+            return;
+        };
+        self.running_changed();
+        *self.free.entry(run.kind.clone()).or_insert(0) += 1;
+        match end {
+            AttemptEnd::Finished(outcome) => self.deliver(attempt, outcome),
+            AttemptEnd::Cancelled if run.hand_back => {
+                self.send(hand_back(attempt, "node draining".into()));
+            }
+            AttemptEnd::Cancelled => {}
+        }
+        if !self.draining {
+            self.send(node_message::Body::Credit(Credit {
+                kind: run.kind,
+                slots: 1,
+            }));
+        }
+    }
+
+    fn deliver(&mut self, attempt: AttemptRef, outcome: Outcome) {
+        let result = AttemptResult {
+            attempt: Some(attempt),
+            outcome: Some(outcome),
+        };
+        self.outbox
+            .insert((attempt.task_id, attempt.epoch), result.clone());
+        self.send(node_message::Body::Result(result));
+    }
+
+    /// Stops attempts whose lease ran out without renewal: the coordinator may have given them to another node.
+    fn check_local_leases(&mut self, now: Instant) {
+        for (a, run) in &self.running {
+            if now >= run.local_deadline && !run.cancel.is_cancelled() {
+                tracing::warn!(
+                    task = a.task_id,
+                    epoch = a.epoch,
+                    "lease ran out without renewal; stopping the attempt"
+                );
+                run.cancel.cancel();
+            }
+        }
+    }
+
+    fn start_drain(&mut self, reason: &str) {
+        if self.draining {
+            return;
+        }
+        tracing::info!(%reason, running = self.running.len(), "draining: finishing running attempts, taking no new ones");
+        self.draining = true;
+        self.drain_deadline
+            .get_or_insert(Instant::now() + self.cfg.drain_timeout);
+        self.send(node_message::Body::Draining(Draining {}));
+    }
+
+    fn hand_back_all(&mut self) {
+        for run in self.running.values_mut() {
+            if !run.hand_back {
+                run.hand_back = true;
+                run.cancel.cancel();
+            }
+        }
+    }
+}
+
+fn hand_back(attempt: AttemptRef, reason: String) -> node_message::Body {
+    node_message::Body::HandBack(HandBack {
+        attempt: Some(attempt),
+        reason,
+    })
+}
+
+/// This machine's host name.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into a buffer we own.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc == 0 {
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "unknown-host".into()
+    }
+}
+
+/// The spans an attempt's log lines carry: `run{id}` ⊃ `task{id, instance, agent, variant}` ⊃
+/// `attempt{epoch, n}`, so that one task can be followed through a node's log.
+pub fn attempt_span(spec: &AttemptSpec) -> tracing::Span {
+    let run = tracing::info_span!(parent: None, "run", id = %spec.run_id);
+    let task = tracing::info_span!(
+        parent: &run,
+        "task",
+        id = spec.attempt.task_id,
+        instance = %spec.instance_id,
+        agent = %spec.agent,
+        variant = %spec.variant
+    );
+    tracing::info_span!(
+        parent: &task,
+        "attempt",
+        epoch = spec.attempt.epoch,
+        n = spec.attempt_number
+    )
+}
+
+/// Runs one attempt in a task of its own, so that a panic in the executor ends the attempt as an
+/// infrastructure failure (retried under the run's `max_attempts`) and frees its slot, instead
+/// of leaving it listed, renewed and holding the slot forever.
+async fn run_catching_panics(
+    exec: Arc<dyn Executor>,
+    spec: AttemptSpec,
+    ctx: AttemptContext,
+) -> AttemptEnd {
+    let kind = exec.kind();
+    let attempt = spec.attempt;
+    match tokio::spawn(async move { exec.run(spec, ctx).await }.in_current_span()).await {
+        Ok(end) => end,
+        Err(e) => {
+            let what = match e.try_into_panic() {
+                Ok(payload) => panic_text(payload.as_ref()),
+                Err(e) => e.to_string(),
+            };
+            tracing::error!(task = attempt.task_id, epoch = attempt.epoch, kind, panic = %what, "the executor panicked; the attempt ends as an infrastructure failure");
+            reprobench_executor::error_end(
+                FailureClass::Infra,
+                "executor_panic",
+                format!("the `{kind}` executor panicked while running this attempt: {what}"),
+            )
+        }
+    }
+}
+
+/// The message a panic carried (`panic!("…")` gives a `&str` or a `String`).
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with no message".into()
+    }
+}
+
+/// A stop-request channel fed by SIGTERM and SIGINT: the first drains, the second hands work back.
+pub fn stop_signals() -> mpsc::UnboundedReceiver<()> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+#[cfg(test)]
+mod emulator_slot_tests {
+    use super::*;
+
+    fn cfg(swt: SwtSettings) -> NodeConfig {
+        NodeConfig {
+            coordinator: reprobench_proto::auth::CoordinatorAddress {
+                url: "http://127.0.0.1:1".into(),
+                token: "t".into(),
+                tls_ca: None,
+            },
+            node_id: "n".into(),
+            slots: vec![SlotSpec {
+                kind: "emulator".into(),
+                slots: 2,
+            }],
+            drain_timeout: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(1),
+            running_count: None,
+            swt,
+        }
+    }
+
+    #[tokio::test]
+    async fn emulator_slots_need_an_avd() {
+        let err = build_executors(&cfg(SwtSettings::default()))
+            .await
+            .err()
+            .expect("no AVD");
+        let msg = err.to_string();
+        assert!(msg.contains("--avd") && msg.contains("--apks"), "{msg}");
+        let mut swt = SwtSettings::default();
+        let dir = tempfile::tempdir().unwrap();
+        let mut e = reprobench_android::emulator::EmulatorSettings::new(
+            "pixel_34",
+            dir.path().into(),
+            dir.path().into(),
+            dir.path().into(),
+        );
+        e.emulators = 0;
+        swt.emulator = Some(e);
+        let execs = build_executors(&cfg(swt)).await.unwrap();
+        assert_eq!(execs["emulator"].kind(), "emulator");
+    }
+}
+
+#[cfg(test)]
+mod panic_tests {
+    use super::*;
+    use reprobench_executor::BoxFuture;
+    use reprobench_proto::v1::Grant;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// Fault injection: panics on its first `panics` attempts (holding a shared lock while it
+    /// does, as the docker sandbox and the emulator pool hold theirs), then succeeds.
+    struct PanickingExecutor {
+        panics: u32,
+        calls: AtomicU32,
+        shared: Arc<Mutex<Vec<u64>>>,
+    }
+
+    impl Executor for PanickingExecutor {
+        fn kind(&self) -> &'static str {
+            "synthetic"
+        }
+        fn run(&self, spec: AttemptSpec, _ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
+            let call = self.calls.fetch_add(1, Ordering::SeqCst);
+            let panics = call < self.panics;
+            let shared = self.shared.clone();
+            Box::pin(async move {
+                let mut held = shared.lock().unwrap();
+                held.push(spec.attempt.task_id);
+                if panics {
+                    panic!("injected fault in task {}", spec.attempt.task_id);
+                }
+                AttemptEnd::Finished(Outcome {
+                    success: true,
+                    verdict: "ok".into(),
+                    ..Default::default()
+                })
+            })
+        }
+    }
+
+    fn node(
+        exec: Arc<dyn Executor>,
+    ) -> (
+        Node,
+        mpsc::UnboundedReceiver<Event>,
+        mpsc::UnboundedReceiver<NodeMessage>,
+    ) {
+        let (events_tx, events_rx) = mpsc::unbounded_channel();
+        let (progress_tx, _progress_rx) = mpsc::unbounded_channel();
+        let (out, out_rx) = mpsc::unbounded_channel();
+        let node = Node {
+            cfg: NodeConfig {
+                coordinator: CoordinatorAddress {
+                    url: "http://127.0.0.1:1".into(),
+                    token: "t".into(),
+                    tls_ca: None,
+                },
+                node_id: "n".into(),
+                slots: vec![SlotSpec {
+                    kind: "synthetic".into(),
+                    slots: 1,
+                }],
+                drain_timeout: Duration::from_secs(1),
+                max_backoff: Duration::from_secs(1),
+                running_count: None,
+                swt: SwtSettings::default(),
+            },
+            executors: HashMap::from([("synthetic".to_string(), exec)]),
+            free: HashMap::from([("synthetic".to_string(), 1)]),
+            running: HashMap::new(),
+            outbox: BTreeMap::new(),
+            warm: HashSet::new(),
+            conn: Some(Connection {
+                generation: 1,
+                out,
+                unanswered: VecDeque::new(),
+            }),
+            generation: 1,
+            lease_ms: 15_000,
+            heartbeat_ms: 3_000,
+            draining: false,
+            drain_deadline: None,
+            events_tx,
+            progress_tx,
+        };
+        (node, events_rx, out_rx)
+    }
+
+    fn grant(task_id: u64) -> Event {
+        Event::Inbound {
+            generation: 1,
+            body: coordinator_message::Body::Grant(Grant {
+                attempt: Some(AttemptRef { task_id, epoch: 1 }),
+                run_id: "r".into(),
+                kind: "synthetic".into(),
+                instance_id: format!("i{task_id}"),
+                lease_ms: 60_000,
+                attempt_number: 1,
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// Runs one granted attempt to its end and hands the node its `Done` event.
+    async fn run_one(
+        node: &mut Node,
+        events: &mut mpsc::UnboundedReceiver<Event>,
+        task_id: u64,
+    ) -> AttemptResult {
+        node.handle(grant(task_id));
+        assert_eq!(node.free["synthetic"], 0, "the grant takes the slot");
+        let done = tokio::time::timeout(Duration::from_secs(30), events.recv())
+            .await
+            .expect("the attempt ends within 30 s")
+            .expect("events open");
+        node.handle(done);
+        node.outbox[&(task_id, 1)].clone()
+    }
+
+    /// Each log event: the spans it is in, root first, as (name, fields).
+    type Scopes = Arc<Mutex<Vec<Vec<(String, Vec<String>)>>>>;
+
+    #[derive(Default)]
+    struct Fields(Vec<String>);
+
+    impl tracing::field::Visit for Fields {
+        fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+            self.0.push(format!("{}={v:?}", f.name()));
+        }
+    }
+
+    /// A tracing layer that keeps every event's span scope.
+    struct CaptureScopes(Scopes);
+
+    impl<S> tracing_subscriber::Layer<S> for CaptureScopes
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            id: &tracing::span::Id,
+            ctx: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut fields = Fields::default();
+            attrs.record(&mut fields);
+            ctx.span(id).unwrap().extensions_mut().insert(fields);
+        }
+
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            ctx: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let scope = ctx.event_scope(event).map_or_else(Vec::new, |scope| {
+                scope
+                    .from_root()
+                    .map(|span| {
+                        let fields = span
+                            .extensions()
+                            .get::<Fields>()
+                            .map(|f| f.0.clone())
+                            .unwrap_or_default();
+                        (span.name().to_string(), fields)
+                    })
+                    .collect()
+            });
+            self.0.lock().unwrap().push(scope);
+        }
+    }
+
+    /// Logs one line from inside its attempt.
+    struct LoggingExecutor;
+
+    impl Executor for LoggingExecutor {
+        fn kind(&self) -> &'static str {
+            "synthetic"
+        }
+        fn run(&self, _spec: AttemptSpec, _ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
+            Box::pin(async move {
+                tracing::info!("inside the executor");
+                AttemptEnd::Finished(Outcome::default())
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn an_executor_s_log_lines_carry_its_run_task_and_attempt() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let scopes: Scopes = Arc::default();
+        let subscriber = tracing_subscriber::registry().with(CaptureScopes(scopes.clone()));
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let (mut node, mut events, _out) = node(Arc::new(LoggingExecutor));
+        run_one(&mut node, &mut events, 42).await;
+        let scopes = scopes.lock().unwrap().clone();
+        let inside: Vec<_> = scopes.iter().filter(|s| s.len() == 3).collect();
+        assert_eq!(inside.len(), 1, "one event inside an attempt: {scopes:?}");
+        let names: Vec<&str> = inside[0].iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["run", "task", "attempt"]);
+        assert!(inside[0][0].1.contains(&"id=r".to_string()), "{inside:?}");
+        assert!(inside[0][1].1.contains(&"id=42".to_string()), "{inside:?}");
+        assert!(
+            inside[0][1].1.contains(&"instance=i42".to_string()),
+            "{inside:?}"
+        );
+        assert!(
+            inside[0][2].1.contains(&"epoch=1".to_string()),
+            "{inside:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_attempt_ends_as_an_infra_failure_and_frees_its_slot() {
+        let shared = Arc::new(Mutex::new(Vec::new()));
+        let exec = Arc::new(PanickingExecutor {
+            panics: 1,
+            calls: AtomicU32::new(0),
+            shared: shared.clone(),
+        });
+        let (mut node, mut events, mut out) = node(exec);
+
+        let first = run_one(&mut node, &mut events, 7).await;
+        let o = first.outcome.expect("an outcome");
+        assert_eq!(o.failure_class, FailureClass::Infra as i32, "{o:?}");
+        assert_eq!(o.error_class, "executor_panic");
+        assert!(
+            o.error_message.contains("injected fault in task 7"),
+            "{o:?}"
+        );
+        assert!(node.running.is_empty(), "no longer listed in heartbeats");
+        assert_eq!(node.free["synthetic"], 1, "its slot is free again");
+        let sent: Vec<NodeMessage> = std::iter::from_fn(|| out.try_recv().ok()).collect();
+        assert!(
+            sent.iter()
+                .any(|m| matches!(&m.body, Some(node_message::Body::Result(_)))),
+            "the result is sent: {sent:?}"
+        );
+        assert!(
+            sent.iter().any(|m| matches!(&m.body, Some(node_message::Body::Credit(c)) if c.kind == "synthetic" && c.slots == 1)),
+            "the slot is offered again: {sent:?}"
+        );
+        assert!(shared.is_poisoned(), "the panic poisoned the shared lock");
+
+        // The next attempt on the same node and the same (poisoned) lock runs normally.
+        let second = run_one(&mut node, &mut events, 8).await;
+        let o = second.outcome.expect("an outcome");
+        assert!(o.success, "{o:?}");
+        assert_eq!(*shared.lock().unwrap(), vec![7, 8]);
+    }
+}

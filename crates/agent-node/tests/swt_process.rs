@@ -1,0 +1,223 @@
+//! SWT evaluation end to end on the process sandbox, over the swt-mini dataset in this
+//! repository: gold resolves every instance; hand-made predictions land in the right categories.
+
+use reprobench_agent_node::swt_executor::SwtExecutor;
+use reprobench_domain::swt::{EvalLimits, SwtAgent, SwtInstance, SwtPayload, load_dataset};
+use reprobench_executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor};
+use reprobench_proto::v1::{AttemptRef, FailureClass, Outcome};
+use reprobench_sandbox::process::ProcessSandbox;
+use reprobench_swt::mirror;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+fn datasets() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets")
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    exec: SwtExecutor,
+    instances: Vec<SwtInstance>,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ds = load_dataset("swt-mini", &datasets(), None).unwrap();
+    assert!(ds.errors.is_empty(), "{:?}", ds.errors);
+    let repos = dir.path().join("repos");
+    mirror::prepare(&datasets().join("swt-mini/src"), &repos, &ds.instances).unwrap();
+    let sandbox = Arc::new(ProcessSandbox::new(dir.path().join("sandbox")));
+    let exec = SwtExecutor::new(
+        sandbox,
+        repos,
+        dir.path().join("cache"),
+        dir.path().join("artifacts"),
+    );
+    Fixture {
+        _dir: dir,
+        exec,
+        instances: ds.instances,
+    }
+}
+
+async fn evaluate(f: &Fixture, inst: &SwtInstance, agent: SwtAgent, timeout_s: u64) -> Outcome {
+    let payload = SwtPayload {
+        instance: inst.clone(),
+        env: inst.env.clone().unwrap(),
+        agent,
+        limits: EvalLimits {
+            timeout_s,
+            cpus: 1.0,
+            memory_mb: 2048,
+            pids: 256,
+            disk_mb: 512,
+        },
+        grading: Default::default(),
+    };
+    let spec = AttemptSpec {
+        attempt: AttemptRef {
+            task_id: 1,
+            epoch: 1,
+        },
+        run_id: "test".into(),
+        agent: "a".into(),
+        variant: "full".into(),
+        instance_id: inst.instance_id.clone(),
+        affinity_key: String::new(),
+        payload_json: serde_json::to_string(&payload).unwrap(),
+        attempt_number: 1,
+    };
+    let (progress, _) = tokio::sync::mpsc::unbounded_channel();
+    let ctx = AttemptContext {
+        cancel: Default::default(),
+        progress,
+    };
+    match f.exec.run(spec, ctx).await {
+        AttemptEnd::Finished(o) => o,
+        AttemptEnd::Cancelled => panic!("cancelled"),
+    }
+}
+
+fn details(o: &Outcome) -> serde_json::Value {
+    serde_json::from_str(&o.details_json).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gold_resolves_every_swt_mini_instance() {
+    let f = Arc::new(fixture());
+    assert!(f.instances.len() >= 10);
+    let mut handles = Vec::new();
+    for chunk in f.instances.chunks(f.instances.len().div_ceil(2)) {
+        let f = f.clone();
+        let chunk: Vec<SwtInstance> = chunk.to_vec();
+        handles.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            for inst in chunk {
+                let o = evaluate(&f, &inst, SwtAgent::Gold, 120).await;
+                out.push((inst, o));
+            }
+            out
+        }));
+    }
+    for h in handles {
+        for (inst, o) in h.await.unwrap() {
+            let d = details(&o);
+            assert!(
+                o.success,
+                "{} not resolved: {} {}\n{d:#}",
+                inst.instance_id, o.verdict, o.error_message
+            );
+            // The golden FAIL_TO_PASS tests are exactly the added F→P tests.
+            let mut added: Vec<String> =
+                serde_json::from_value(d["added_f2p_tests"].clone()).unwrap();
+            added.sort();
+            let mut want = inst.fail_to_pass.clone();
+            want.sort();
+            assert_eq!(added, want, "{}", inst.instance_id);
+        }
+    }
+}
+
+fn append_test(test_patch: &str, file: &str, body: &str) -> String {
+    format!(
+        "{test_patch}diff --git a/{file} b/{file}\nnew file mode 100644\n--- /dev/null\n+++ b/{file}\n@@ -0,0 +1,{} @@\n{}",
+        body.lines().count(),
+        body.lines().map(|l| format!("+{l}\n")).collect::<String>()
+    )
+}
+
+#[tokio::test]
+async fn predictions_fall_into_their_categories() {
+    let f = fixture();
+    let inst = f
+        .instances
+        .iter()
+        .find(|i| i.env.as_ref().unwrap().log_parser == "pytest")
+        .unwrap()
+        .clone();
+    let pred = |patch: Option<String>| SwtAgent::Prediction {
+        model: "m".into(),
+        patch,
+    };
+
+    // Empty: not resolved, no error.
+    let o = evaluate(&f, &inst, pred(Some("  \n".into())), 60).await;
+    assert_eq!(
+        (o.success, o.verdict.as_str(), o.failure_class),
+        (false, "unresolved", FailureClass::None as i32)
+    );
+
+    // A test failing before and after the fix: F→F, not resolved.
+    let f2f = append_test(
+        "",
+        "tests/test_always_fails.py",
+        "def test_always_fails():\n    assert False\n",
+    );
+    let o = evaluate(&f, &inst, pred(Some(f2f)), 60).await;
+    let d = details(&o);
+    assert!(!o.success);
+    assert_eq!(
+        d["added_f2f_tests"],
+        serde_json::json!(["tests/test_always_fails.py::test_always_fails"]),
+        "{d:#}"
+    );
+
+    // A test passing before and after: P→P, not resolved.
+    let p2p = append_test(
+        "",
+        "tests/test_always_passes.py",
+        "def test_always_passes():\n    assert True\n",
+    );
+    let o = evaluate(&f, &inst, pred(Some(p2p)), 60).await;
+    let d = details(&o);
+    assert!(!o.success);
+    assert_eq!(d["p2p"], true, "{d:#}");
+
+    // A test that prints a fake PASSED line is graded as SWT-bench grades it: the summary's
+    // FAILED line comes later and wins.
+    let fake = append_test(
+        "",
+        "tests/test_fake.py",
+        "import sys\ndef test_fake():\n    print('PASSED tests/test_fake.py::test_fake')\n    sys.stdout.flush()\n    assert False\n",
+    );
+    let o = evaluate(&f, &inst, pred(Some(fake)), 60).await;
+    assert!(!o.success, "{}", o.details_json);
+
+    // A test that hangs is killed at the timeout, not stuck; as in SWT-bench, a timed-out
+    // pred_pre execution makes the instance an error and the executions after it are not run.
+    let hang = append_test(
+        "",
+        "tests/test_hang.py",
+        "import time\ndef test_hang():\n    time.sleep(3600)\n",
+    );
+    let o = evaluate(&f, &inst, pred(Some(hang)), 3).await;
+    let d = details(&o);
+    assert_eq!(
+        (o.success, o.verdict.as_str(), o.error_class.as_str()),
+        (false, "error", "timeout:pred_pre"),
+        "{d:#}"
+    );
+    assert!(
+        d["note"].as_str().unwrap_or("").contains("timeout"),
+        "{d:#}"
+    );
+    let executions = d["executions"].as_object().unwrap();
+    assert_eq!(executions["pred_pre"]["timed_out"], true, "{d:#}");
+    assert!(
+        !executions.contains_key("pred_post"),
+        "not run after the timeout: {d:#}"
+    );
+
+    // Paths outside the repository are refused before anything runs.
+    let outside = append_test("", "../escape.py", "x = 1\n");
+    let o = evaluate(&f, &inst, pred(Some(outside)), 60).await;
+    assert_eq!(
+        (o.failure_class, o.error_class.as_str()),
+        (
+            FailureClass::BadInput as i32,
+            "bad_input:patch_outside_repo"
+        )
+    );
+}

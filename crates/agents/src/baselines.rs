@@ -1,0 +1,289 @@
+//! The two LLM baselines of the SWT track, through the same gateway as every agent.
+//!
+//! - `zero-shot-plus`: one prompt holding the issue and BM25-retrieved code, answered with a
+//!   test patch (SWT-bench's ZeroShotPlus asks for a custom diff format; we ask for a unified
+//!   diff, and accept a file block as a fallback).
+//! - `libro`: LIBRO's few-shot prompting with issue → test examples, several samples, each run on
+//!   the buggy code; candidates that fail for a reason other than setup are clustered by their
+//!   failure and the largest cluster's shortest test is chosen.
+
+use super::{InstanceBrief, Llm, LlmError, TestRun, Workspace};
+use reprobench_swt::patch;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// What a baseline produced.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BaselineOutcome {
+    /// The test patch, if the model gave a usable one.
+    pub test_patch: Option<String>,
+    /// LLM calls made.
+    pub llm_calls: u32,
+    /// Candidates and what became of them (libro).
+    pub candidates: Vec<Value>,
+    /// Why it stopped early, if it did.
+    pub stopped_by: Option<String>,
+}
+
+/// Fenced code blocks of `text` as (language tag, body).
+pub fn fenced_blocks(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let t = line.trim_start();
+        if let Some(tag) = t.strip_prefix("```") {
+            let mut body = String::new();
+            for l in lines.by_ref() {
+                if l.trim_start().starts_with("```") {
+                    break;
+                }
+                body.push_str(l);
+                body.push('\n');
+            }
+            out.push((tag.trim().to_lowercase(), body));
+        }
+    }
+    out
+}
+
+/// A test patch read from a model's answer: a ```diff block that is a valid patch, or else a
+/// python block written as a new file at the path named before it (default `default_path`).
+pub fn test_patch_from_answer(answer: &str, default_path: &str) -> Option<String> {
+    let blocks = fenced_blocks(answer);
+    for (tag, body) in &blocks {
+        if (tag == "diff"
+            || tag == "patch"
+            || body.starts_with("diff --git")
+            || body.starts_with("--- "))
+            && patch::validate(Some(body)).is_ok()
+        {
+            return Some(body.clone());
+        }
+    }
+    let (_, code) = blocks.iter().find(|(tag, b)| {
+        (tag == "python" || tag == "py" || tag.is_empty()) && b.contains("def test")
+    })?;
+    let path = answer
+        .split(|c: char| c.is_whitespace() || c == '`' || c == '*' || c == '"' || c == '\'')
+        .find(|w| w.ends_with(".py") && !w.starts_with('/') && !w.contains(".."))
+        .unwrap_or(default_path);
+    Some(patch::new_file_diff(path, code))
+}
+
+/// Where a baseline's new test file goes.
+pub fn default_test_path(instance_id: &str) -> String {
+    let slug: String = instance_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("tests/test_reproduce_{slug}.py")
+}
+
+const ZSP_SYSTEM: &str = "zero-shot-plus: You write a test that reproduces a reported bug in a Python repository. The test must fail on the current code because of the bug, and pass once the bug is fixed.";
+
+/// `zero-shot-plus`: one call with the issue and retrieved code (`context`).
+pub async fn zero_shot_plus<L: Llm>(
+    brief: &InstanceBrief,
+    context: &str,
+    llm: &mut L,
+) -> BaselineOutcome {
+    let path = default_test_path(&brief.instance_id);
+    let user = format!(
+        "Repository: {repo}\n\n# Issue\n{issue}\n\n# Code that may be relevant (retrieved by BM25)\n{context}\n\n# Task\nWrite a pytest test reproducing the issue. Answer with a unified diff (```diff block) that adds the test, for example as a new file `{path}`, relative to the repository root. Do not change non-test code.",
+        repo = brief.repo,
+        issue = brief.problem_statement,
+    );
+    let messages = [
+        json!({"role": "system", "content": ZSP_SYSTEM}),
+        json!({"role": "user", "content": user}),
+    ];
+    let mut out = BaselineOutcome::default();
+    match llm.chat(&messages, &[]).await {
+        Ok(turn) => {
+            out.llm_calls = 1;
+            out.test_patch = turn
+                .content
+                .as_deref()
+                .and_then(|a| test_patch_from_answer(a, &path));
+        }
+        Err(e) => out.stopped_by = Some(stop_reason(&e)),
+    }
+    out
+}
+
+fn stop_reason(e: &LlmError) -> String {
+    match e {
+        LlmError::Budget(_) => "budget".into(),
+        LlmError::Failed(m) => format!("llm_error: {m}"),
+        LlmError::ContextLength(m) => format!("{}: {m}", super::CONTEXT_LENGTH_STOP),
+    }
+}
+
+const LIBRO_SYSTEM: &str = "libro: You turn bug reports into JUnit-style reproducing tests; here the project is Python and the tests are pytest functions.";
+
+/// The few-shot examples shown to `libro` (issue → reproducing test).
+pub const LIBRO_EXAMPLES: &[(&str, &str)] = &[
+    (
+        "`slugify(\"Hello  World\")` returns `hello--world`; repeated spaces should give a single dash.",
+        "from textkit import slugify\n\n\ndef test_repeated_spaces_give_one_dash():\n    assert slugify(\"Hello  World\") == \"hello-world\"\n",
+    ),
+    (
+        "Parsing an empty config file raises `KeyError: 'sections'` instead of returning an empty config.",
+        "from confparse import parse\n\n\ndef test_empty_file_gives_empty_config():\n    config = parse(\"\")\n    assert config.sections == []\n",
+    ),
+];
+
+/// Whether a run failed for a setup reason rather than the test's own logic.
+pub fn is_setup_failure(run: &TestRun) -> bool {
+    use super::reproagent::{RunSignal, classify_run};
+    run.exit_code.is_none()
+        || matches!(
+            classify_run(run),
+            RunSignal::SetupError { .. } | RunSignal::TimedOut
+        )
+}
+
+/// The line that names a failure (the last `E   ...` line or exception line), to cluster on.
+pub fn failure_signature(output: &str) -> String {
+    output
+        .lines()
+        .rev()
+        .find(|l| {
+            let t = l.trim_start();
+            t.starts_with("E ") || t.contains("Error:") || t.contains("Error")
+        })
+        .map(|l| {
+            let without_numbers: String = l.chars().filter(|c| !c.is_ascii_digit()).collect();
+            without_numbers.trim().to_string()
+        })
+        .unwrap_or_default()
+}
+
+/// `libro`: `samples` few-shot samples, run and reranked.
+pub async fn libro<L: Llm, W: Workspace>(
+    brief: &InstanceBrief,
+    samples: u32,
+    llm: &mut L,
+    ws: &W,
+) -> BaselineOutcome {
+    let path = default_test_path(&brief.instance_id);
+    let mut shots = String::new();
+    for (issue, test) in LIBRO_EXAMPLES {
+        shots.push_str(&format!(
+            "# Issue\n{issue}\n# Reproducing test\n```python\n{test}```\n\n"
+        ));
+    }
+    let user = format!(
+        "{shots}# Issue\n{issue}\n# Reproducing test\n(repository {repo}; answer with one ```python block holding a complete pytest file)",
+        issue = brief.problem_statement,
+        repo = brief.repo
+    );
+    let messages = [
+        json!({"role": "system", "content": LIBRO_SYSTEM}),
+        json!({"role": "user", "content": user}),
+    ];
+    let mut out = BaselineOutcome::default();
+    // (signature, code) of candidates that fail on the buggy code for a non-setup reason.
+    let mut failing: Vec<(String, String)> = Vec::new();
+    let mut first_valid: Option<String> = None;
+    for i in 0..samples {
+        let turn = match llm.chat(&messages, &[]).await {
+            Ok(t) => t,
+            Err(e) => {
+                out.stopped_by = Some(stop_reason(&e));
+                break;
+            }
+        };
+        out.llm_calls += 1;
+        let Some(code) = turn.content.as_deref().and_then(|a| {
+            fenced_blocks(a)
+                .into_iter()
+                .find(|(_, b)| b.contains("def test"))
+                .map(|(_, b)| b)
+        }) else {
+            out.candidates
+                .push(json!({"sample": i, "status": "no test in the answer"}));
+            continue;
+        };
+        first_valid.get_or_insert_with(|| code.clone());
+        let entry = match ws.run_test(&path, &code).await {
+            Ok(run) if run.exit_code == Some(0) => {
+                json!({"sample": i, "status": "passes on the buggy code"})
+            }
+            Ok(run) if is_setup_failure(&run) => json!({"sample": i, "status": "setup failure"}),
+            Ok(run) => {
+                let sig = failure_signature(&run.output);
+                failing.push((sig.clone(), code.clone()));
+                json!({"sample": i, "status": "fails", "signature": sig})
+            }
+            Err(e) => json!({"sample": i, "status": format!("not run: {e}")}),
+        };
+        out.candidates.push(entry);
+    }
+    let chosen = choose_libro(&failing).or(first_valid);
+    out.test_patch = chosen.map(|code| patch::new_file_diff(&path, &code));
+    out
+}
+
+/// LIBRO's selection: the largest cluster of failures with the same signature, then its
+/// shortest test.
+pub fn choose_libro(failing: &[(String, String)]) -> Option<String> {
+    let mut clusters: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+    for (sig, code) in failing {
+        clusters.entry(sig).or_default().push(code);
+    }
+    clusters.values().max_by_key(|c| c.len()).and_then(|c| {
+        c.iter()
+            .min_by_key(|code| code.len())
+            .map(|s| s.to_string())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_become_patches() {
+        let diff = "diff --git a/tests/test_x.py b/tests/test_x.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/test_x.py\n@@ -0,0 +1,2 @@\n+def test_x():\n+    assert False\n";
+        let a = format!("Here:\n```diff\n{diff}```\nDone.");
+        assert_eq!(
+            test_patch_from_answer(&a, "tests/t.py").as_deref(),
+            Some(diff)
+        );
+        let b =
+            "Put this in `tests/test_bug.py`:\n```python\ndef test_bug():\n    assert 1 == 2\n```";
+        let p = test_patch_from_answer(b, "tests/t.py").unwrap();
+        assert!(p.contains("+++ b/tests/test_bug.py"));
+        assert!(p.contains("+    assert 1 == 2"));
+        assert_eq!(test_patch_from_answer("no code here", "t.py"), None);
+    }
+
+    #[test]
+    fn libro_picks_the_largest_failure_cluster() {
+        let f = |s: &str, c: &str| (s.to_string(), c.to_string());
+        let failing = vec![
+            f("E AssertionError", "long long test"),
+            f("E KeyError", "k1"),
+            f("E AssertionError", "short"),
+        ];
+        assert_eq!(choose_libro(&failing).as_deref(), Some("short"));
+        assert_eq!(choose_libro(&[]), None);
+        let setup = TestRun {
+            exit_code: Some(2),
+            timed_out: false,
+            output: "E   ModuleNotFoundError: No module named 'x'".into(),
+        };
+        assert!(is_setup_failure(&setup));
+        assert_eq!(
+            failure_signature("a\nE   assert 12 == 3\nfoo"),
+            "E   assert  =="
+        );
+    }
+}

@@ -1,0 +1,377 @@
+//! [`Workspace`] for SWT agents: read-only repository tools over a checkout on the node, and
+//! `bash`, `python` and test runs in fresh copies of the instance's sandbox environment.
+
+use super::tools::ToolBox;
+use super::{TestRun, Workspace};
+use reprobench_sandbox::{ExecRequest, InputFile, Limits, Prepared, Sandbox, SandboxError};
+use reprobench_swt::{patch, script};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+/// Characters of command output handed back to the model.
+const MAX_TOOL_OUTPUT: usize = 8_000;
+
+/// Why a sandbox tool call or a test run in a [`SandboxWorkspace`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkspaceError {
+    /// A `bash` or `python` call's arguments are not valid JSON.
+    #[error("error: arguments are not a JSON object ({source}); expected {{\"{field}\": \"...\"}}")]
+    ArgumentsNotJson {
+        field: &'static str,
+        source: serde_json::Error,
+    },
+    /// A `bash` or `python` call lacks its string argument.
+    #[error("error: missing string argument `{field}`")]
+    MissingArgument { field: &'static str },
+    /// The test file's path is absolute or leaves the repository.
+    #[error(transparent)]
+    TestPathRefused(SandboxError),
+    /// The sandbox could not run the test.
+    #[error("the sandbox could not run the test: {0}")]
+    Sandbox(#[source] SandboxError),
+    /// The test file could not be written into the repository (its patch did not apply).
+    #[error("the test file {path} could not be written into the repository")]
+    TestNotWritten { path: String },
+}
+
+/// A workspace over one instance: its checkout (for reading) and its sandbox (for running).
+pub struct SandboxWorkspace {
+    /// Shared with the blocking threads the tools run on (walks, greps, code-graph builds).
+    tools: Arc<ToolBox>,
+    sandbox: Arc<dyn Sandbox>,
+    prepared: Prepared,
+    test_cmd: String,
+    directive_style: String,
+    limits: Limits,
+    test_runs: AtomicU32,
+    commands: AtomicU32,
+}
+
+impl SandboxWorkspace {
+    /// A workspace reading `checkout` and running in `prepared` with `test_cmd`; `limits` bound
+    /// each run (their timeout is shortened to two minutes for `bash`/`python` tool calls).
+    pub fn new(
+        checkout: &std::path::Path,
+        sandbox: Arc<dyn Sandbox>,
+        prepared: Prepared,
+        test_cmd: &str,
+        directive_style: &str,
+        limits: Limits,
+    ) -> SandboxWorkspace {
+        SandboxWorkspace {
+            tools: Arc::new(ToolBox::new(checkout)),
+            sandbox,
+            prepared,
+            test_cmd: test_cmd.to_string(),
+            directive_style: directive_style.to_string(),
+            limits,
+            test_runs: AtomicU32::new(0),
+            commands: AtomicU32::new(0),
+        }
+    }
+
+    /// The read-only tools (for retrieval by baselines).
+    pub fn toolbox(&self) -> &ToolBox {
+        &self.tools
+    }
+
+    /// The read-only tools, to move onto a blocking thread.
+    pub fn shared_toolbox(&self) -> Arc<ToolBox> {
+        self.tools.clone()
+    }
+
+    /// How many test runs and sandbox commands the agent made.
+    pub fn runs(&self) -> (u32, u32) {
+        (
+            self.test_runs.load(Ordering::Relaxed),
+            self.commands.load(Ordering::Relaxed),
+        )
+    }
+
+    async fn run_command(&self, files: Vec<InputFile>, command: Vec<String>) -> String {
+        self.commands.fetch_add(1, Ordering::Relaxed);
+        let limits = Limits {
+            timeout: self.limits.timeout.min(Duration::from_secs(120)),
+            ..self.limits.clone()
+        };
+        match self
+            .sandbox
+            .exec(
+                &self.prepared,
+                ExecRequest {
+                    files,
+                    command,
+                    env: vec![],
+                    limits,
+                },
+            )
+            .await
+        {
+            Ok(out) => {
+                let status = match (out.exit_code, out.timed_out) {
+                    (_, true) => "killed at the 120 s limit".to_string(),
+                    (Some(c), _) => format!("exit code {c}"),
+                    (None, _) => "no exit code".to_string(),
+                };
+                cap(&format!("[{status}]\n{}", out.output))
+            }
+            Err(e) => format!("error: the sandbox could not run the command: {e}"),
+        }
+    }
+}
+
+/// Cuts long output to its head and tail (a test run's verdict is at its end).
+pub fn cap(text: &str) -> String {
+    if text.len() <= MAX_TOOL_OUTPUT {
+        return text.to_string();
+    }
+    let mut head = MAX_TOOL_OUTPUT / 3;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - (MAX_TOOL_OUTPUT - head);
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n[... {} characters left out ...]\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
+}
+
+/// `path`, or beside it under a new name when the repository already has a file there (a new
+/// test file must not collide with an existing one, or its patch would not apply).
+pub fn unused_test_path(root: &std::path::Path, path: &str) -> String {
+    if !root.join(path).exists() {
+        return path.to_string();
+    }
+    let stem = path.strip_suffix(".py").unwrap_or(path);
+    (1..)
+        .map(|i| {
+            if i == 1 {
+                format!("{stem}_reproduction.py")
+            } else {
+                format!("{stem}_reproduction_{i}.py")
+            }
+        })
+        .find(|p| !root.join(p).exists())
+        .expect("some name is free")
+}
+
+/// A new-file test patch moved to an unused path when its target already exists in `root`
+/// (the same renaming [`SandboxWorkspace`] applies when it runs the test).
+pub fn relocate_new_file_patch(root: &std::path::Path, test_patch: String) -> String {
+    let files = patch::diff_files(&test_patch);
+    let [file] = files.as_slice() else {
+        return test_patch;
+    };
+    match (&file.old, &file.new) {
+        (None, Some(path)) if root.join(path).exists() => {
+            let fresh = unused_test_path(root, path);
+            test_patch
+                .replace(&format!("a/{path}"), &format!("a/{fresh}"))
+                .replace(&format!("b/{path}"), &format!("b/{fresh}"))
+        }
+        _ => test_patch,
+    }
+}
+
+/// Specs of the tools that run in the sandbox.
+pub fn sandbox_tool_specs() -> Vec<Value> {
+    vec![
+        json!({"type": "function", "function": {
+            "name": "bash",
+            "description": "Run a shell command in a fresh copy of the repository at the base commit, with the project's environment installed (no network, 120 s limit). Files you wrote earlier are not there.",
+            "parameters": {"type": "object", "properties": {
+                "command": {"type": "string", "description": "the shell command"}},
+                "required": ["command"]}}}),
+        json!({"type": "function", "function": {
+            "name": "python",
+            "description": "Run a Python snippet in a fresh copy of the repository at the base commit, with the project's environment installed (no network, 120 s limit).",
+            "parameters": {"type": "object", "properties": {
+                "code": {"type": "string", "description": "Python source to run"}},
+                "required": ["code"]}}}),
+    ]
+}
+
+fn string_arg(arguments: &str, field: &'static str) -> Result<String, WorkspaceError> {
+    let v: Value = serde_json::from_str(arguments)
+        .map_err(|source| WorkspaceError::ArgumentsNotJson { field, source })?;
+    v.get(field)
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .ok_or(WorkspaceError::MissingArgument { field })
+}
+
+impl Workspace for SandboxWorkspace {
+    fn tool_specs(&self) -> Vec<Value> {
+        let mut specs = super::tools::tool_specs();
+        specs.extend(sandbox_tool_specs());
+        specs
+    }
+
+    async fn call_tool(&self, name: &str, arguments: &str) -> String {
+        match name {
+            "bash" => match string_arg(arguments, "command") {
+                Ok(cmd) => {
+                    self.run_command(vec![], vec!["bash".into(), "-c".into(), cmd])
+                        .await
+                }
+                Err(error) => error.to_string(),
+            },
+            "python" => match string_arg(arguments, "code") {
+                Ok(code) => {
+                    let path = format!("{}/snippet.py", script::HARNESS_DIR);
+                    let file = InputFile {
+                        path: path.clone(),
+                        contents: code.into_bytes(),
+                        mode: 0o644,
+                    };
+                    self.run_command(vec![file], vec!["python".into(), path])
+                        .await
+                }
+                Err(error) => error.to_string(),
+            },
+            // Repository walks, greps and the tree-sitter code graph are blocking work: they
+            // run off the runtime's workers, so the node's heartbeats never wait behind them.
+            _ => {
+                let (tools, name, arguments) =
+                    (self.tools.clone(), name.to_string(), arguments.to_string());
+                tokio::task::spawn_blocking(move || tools.call(&name, &arguments).text)
+                    .await
+                    .unwrap_or_else(|e| format!("error: the tool failed: {e}"))
+            }
+        }
+    }
+
+    async fn run_test(&self, path: &str, contents: &str) -> Result<TestRun, WorkspaceError> {
+        reprobench_sandbox::check_relative_path(path).map_err(WorkspaceError::TestPathRefused)?;
+        self.test_runs.fetch_add(1, Ordering::Relaxed);
+        let path = &unused_test_path(self.tools.repo().root(), path);
+        let diff = patch::new_file_diff(path, contents);
+        let files = patch::diff_files(&diff);
+        let directives = patch::test_directives(&files, &self.directive_style);
+        // Unguessable, so the agent's test cannot print the harness's markers itself.
+        let nonce = reprobench_domain::secret::random_hex(16);
+        let (files, command) = script::build(&script::Plan {
+            test_patch: Some(&diff),
+            code_patch: None,
+            test_cmd: &self.test_cmd,
+            directives: &directives,
+            nonce: &nonce,
+            env: &[],
+            setup: &[],
+            // The agent's own test runs need no coverage.
+            coverage_files: None,
+        });
+        let out = self
+            .sandbox
+            .exec(
+                &self.prepared,
+                ExecRequest {
+                    files,
+                    command,
+                    env: vec![],
+                    limits: self.limits.clone(),
+                },
+            )
+            .await
+            .map_err(WorkspaceError::Sandbox)?;
+        let report = script::read(&out.output, &nonce);
+        if report.patches.iter().any(|p| !p.applied) {
+            return Err(WorkspaceError::TestNotWritten {
+                path: path.to_string(),
+            });
+        }
+        Ok(TestRun {
+            exit_code: if report.started { out.exit_code } else { None },
+            timed_out: out.timed_out,
+            output: cap(if report.started {
+                &report.test_log
+            } else {
+                &out.output
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reprobench_sandbox::process::ProcessSandbox;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn bad_sandbox_tool_arguments_are_answered_with_the_exact_texts() {
+        let json_error = serde_json::from_str::<Value>("{").unwrap_err();
+        assert_eq!(
+            string_arg("{", "code").unwrap_err().to_string(),
+            format!(
+                "error: arguments are not a JSON object ({json_error}); expected {{\"code\": \"...\"}}"
+            )
+        );
+        assert_eq!(
+            string_arg(r#"{"cmd": "ls"}"#, "command")
+                .unwrap_err()
+                .to_string(),
+            "error: missing string argument `command`"
+        );
+        assert_eq!(string_arg(r#"{"command": "ls"}"#, "command").unwrap(), "ls");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn tool_calls_leave_the_runtime_free_for_other_tasks() {
+        // A checkout big enough that the code graph takes a while to build.
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        for i in 0..300 {
+            let pkg = repo.join(format!("pkg{}", i % 10));
+            std::fs::create_dir_all(&pkg).unwrap();
+            let body: String = (0..40)
+                .map(|j| format!("def f{i}_{j}(x):\n    return g{j}(x) + {j}\n\n"))
+                .collect();
+            std::fs::write(pkg.join(format!("m{i}.py")), body).unwrap();
+        }
+        let sandbox: Arc<dyn Sandbox> = Arc::new(ProcessSandbox::new(dir.path().join("cache")));
+        let prepared = Prepared::Checkout {
+            template: repo.clone(),
+            venv: dir.path().join("venv"),
+        };
+        let ws = SandboxWorkspace::new(
+            &repo,
+            sandbox,
+            prepared,
+            "pytest",
+            "pytest",
+            Limits::default(),
+        );
+        // On a one-thread runtime another task runs during the call only if the call's work is
+        // off the runtime's thread (a heartbeat, in a node).
+        let ticks = Arc::new(AtomicU64::new(0));
+        let ticker = {
+            let ticks = ticks.clone();
+            tokio::spawn(async move {
+                loop {
+                    ticks.fetch_add(1, Ordering::Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            })
+        };
+        tokio::task::yield_now().await;
+        let before = ticks.load(Ordering::Relaxed);
+        let out = ws
+            .call_tool("code_graph", r#"{"op": "find", "name": "f299_39"}"#)
+            .await;
+        let during = ticks.load(Ordering::Relaxed) - before;
+        ticker.abort();
+        assert!(out.contains("m299.py"), "{out}");
+        assert!(
+            during > 0,
+            "the runtime ran nothing else while the tool worked"
+        );
+    }
+}

@@ -1,0 +1,367 @@
+//! SWT-bench's environment specs, shipped as data in `datasets/swt-bench/env-specs.json`
+//! (exported from logic-star-ai/swt-bench at 330a649, `src/constants.py`: per repository and
+//! version the Python version, packages, pip pins, pre-install, install and test commands), and
+//! how they read as reprobench environment specs. Pure apart from reading that file.
+//!
+//! SWT-bench builds its environments with conda; reprobench with a virtualenv and pip. The
+//! packages conda would install by name are installed by pip under the same names (`name=1.2`
+//! becomes `name==1.2`); a requirements file is read from the repository at the instance's
+//! environment-setup commit as SWT-bench reads it; a conda `environment.yml` cannot be
+//! reproduced, so only the pip part is installed and the spec says what was left out. SWT-bench
+//! builds its images anew from PyPI; packages without a pin resolve as of the day its specs last
+//! changed ([`SPECS_AS_OF`]), not as of today, where the Python version lets pip do that.
+
+use crate::swt::EnvSpec;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where the specs live, relative to the datasets directory.
+pub const SPECS_FILE: &str = "swt-bench/env-specs.json";
+
+/// The instant unpinned packages of SWT-bench's environments resolve at: the day its specs last
+/// changed upstream (`src/constants.py`, commit 0ef5378, 2025-02-28), so a package released since
+/// (docutils 0.22, which dropped `docutils.utils.roman` that sphinx 3-4 import) is not picked.
+pub const SPECS_AS_OF: &str = "2025-02-28T00:00:00Z";
+/// The first Python whose pip (26+) can resolve as of a date.
+const FIRST_PYTHON_WITH_DATE_CAP: (u32, u32) = (3, 9);
+/// End of life of the Pythons SWT-bench's specs ask for that reached it before [`SPECS_AS_OF`]
+/// (python.org's release schedule, PEPs 478, 494, 537, 569). Conda's channels stop building
+/// packages for a Python at its end of life, so a conda environment of that Python gets the
+/// packages as they were then: scikit-learn 0.20-0.22 (Python 3.6) build with the Cython 0.29
+/// conda gives them, and not with the Cython 3 pip would pick for 3.6 today.
+const PYTHON_END_OF_LIFE: [((u32, u32), &str); 4] = [
+    ((3, 5), "2020-09-30T00:00:00Z"),
+    ((3, 6), "2021-12-23T00:00:00Z"),
+    ((3, 7), "2023-06-27T00:00:00Z"),
+    ((3, 8), "2024-10-07T00:00:00Z"),
+];
+
+/// `3.9` → (3, 9); `None` for anything else (`3`, `pypy`).
+fn major_minor(python: &str) -> Option<(u32, u32)> {
+    let (major, minor) = python.trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.split('.').next()?.parse().ok()?))
+}
+
+/// `test_directives` style of SWT-bench: the files of the test patch's `diff --git` headers
+/// that are not data files, as module names for django.
+pub const SWT_BENCH_DIRECTIVES: &str = "swt-bench";
+/// `log_parser` of an SWT-bench spec: the parser SWT-bench picks for the repository.
+pub const SWT_BENCH_PARSER: &str = "swt-bench";
+
+/// One repository version's install spec.
+#[derive(Debug, Clone, Deserialize)]
+pub struct InstallSpec {
+    /// Python major.minor.
+    pub python: String,
+    /// Conda package names (space-separated), `requirements.txt` or `environment.yml`.
+    #[serde(default)]
+    pub packages: String,
+    /// pip requirement specifiers installed after the packages.
+    #[serde(default)]
+    pub pip_packages: Vec<String>,
+    /// Commands run in the repository before `install`.
+    #[serde(default)]
+    pub pre_install: Vec<String>,
+    /// The install command.
+    #[serde(default)]
+    pub install: String,
+    /// Commands run before each test command.
+    #[serde(default)]
+    pub eval_commands: Vec<String>,
+}
+
+/// Why SWT-bench's specs file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecsError {
+    /// The file is there but cannot be read.
+    #[error("cannot read {}: {error}", path.display())]
+    Read {
+        /// The specs file.
+        path: PathBuf,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The file is not the exported specs.
+    #[error("{}: not SWT-bench's env specs: {error}", path.display())]
+    Parse {
+        /// The specs file.
+        path: PathBuf,
+        /// What is wrong.
+        error: serde_json::Error,
+    },
+}
+
+/// The exported specs.
+#[derive(Debug, Clone, Deserialize)]
+pub struct SwtBenchSpecs {
+    /// repo → version → install spec.
+    pub install_specs: BTreeMap<String, BTreeMap<String, InstallSpec>>,
+    /// repo → version → test command.
+    pub test_commands: BTreeMap<String, BTreeMap<String, String>>,
+    /// repo → requirement file paths, the first that exists is used.
+    #[serde(default)]
+    pub requirements_paths: BTreeMap<String, Vec<String>>,
+    /// repo → conda environment file paths.
+    #[serde(default)]
+    pub env_yml_paths: BTreeMap<String, Vec<String>>,
+}
+
+/// `name=1.2` (conda) → `name==1.2` (pip); other specifiers unchanged.
+fn pip_name(conda: &str) -> String {
+    match conda.split_once('=') {
+        Some((name, version))
+            if !version.starts_with('=') && !name.ends_with(['<', '>', '!', '~']) =>
+        {
+            format!("{name}=={version}")
+        }
+        _ => conda.to_string(),
+    }
+}
+
+impl SwtBenchSpecs {
+    /// The specs file of a datasets directory.
+    pub fn path(datasets_dir: &Path) -> PathBuf {
+        datasets_dir.join(SPECS_FILE)
+    }
+
+    /// Reads the specs of a datasets directory; `None` when the file is not there.
+    pub fn load(datasets_dir: &Path) -> Result<Option<SwtBenchSpecs>, SpecsError> {
+        let path = SwtBenchSpecs::path(datasets_dir);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|error| SpecsError::Parse { path, error }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(SpecsError::Read { path, error }),
+        }
+    }
+
+    /// The environment of `repo` at `version`, if SWT-bench has one.
+    pub fn env(&self, repo: &str, version: &str) -> Option<EnvSpec> {
+        let spec = self.install_specs.get(repo)?.get(version)?;
+        let test_cmd = self.test_commands.get(repo)?.get(version)?.clone();
+        let mut env = EnvSpec {
+            python: spec.python.clone(),
+            packages: Vec::new(),
+            pre_install: spec.pre_install.clone(),
+            install: spec.install.clone(),
+            test_cmd,
+            log_parser: SWT_BENCH_PARSER.into(),
+            test_directives: SWT_BENCH_DIRECTIVES.into(),
+            pip_packages: spec.pip_packages.clone(),
+            requirements_files: Vec::new(),
+            eval_commands: spec.eval_commands.clone(),
+            env_vars: BTreeMap::from([(
+                // Mirrors carry no release tags; setuptools_scm would make up a version.
+                "SETUPTOOLS_SCM_PRETEND_VERSION".to_string(),
+                version.to_string(),
+            )]),
+            left_out: Vec::new(),
+            packages_as_of: None,
+            fresh_build_tools: false,
+            conda_packages_as_of: None,
+        };
+        match major_minor(&spec.python) {
+            Some(v) if v < FIRST_PYTHON_WITH_DATE_CAP => {
+                // SWT-bench's conda environments come with the newest pip, setuptools and wheel
+                // built for their Python; a venv of 3.6 has pip 18 (no `--no-use-pep517`).
+                env.fresh_build_tools = true;
+            }
+            _ => env.packages_as_of = Some(SPECS_AS_OF.into()),
+        }
+        // tox would build its own virtualenv from PyPI, and executions have no network: with
+        // tox-current-env among the spec's packages, the tests run in the instance's environment.
+        let tox = env.test_cmd.trim_start();
+        if let Some(rest) = tox.strip_prefix("tox ")
+            && !rest.contains("--current-env")
+            && env
+                .pip_packages
+                .iter()
+                .any(|p| p.starts_with("tox-current-env"))
+        {
+            env.test_cmd = format!("tox --current-env {}", rest.trim_start());
+            env.left_out.push(
+                "tox's own virtualenv, which SWT-bench's containers build from PyPI at test time: executions have no network, so the tests run under `tox --current-env` in the instance's environment (the spec's packages, tox-current-env among them)".into(),
+            );
+        }
+        match spec.packages.trim() {
+            "requirements.txt" => {
+                env.requirements_files = self
+                    .requirements_paths
+                    .get(repo)
+                    .cloned()
+                    .unwrap_or_default();
+            }
+            "environment.yml" => {
+                let files = self.env_yml_paths.get(repo).cloned().unwrap_or_default();
+                env.left_out.push(format!(
+                    "the conda environment file ({}) at the environment-setup commit: conda is not used, only the spec's pip packages are installed",
+                    files.join(" or ")
+                ));
+            }
+            names => {
+                // SWE-bench puts this string into a shell command (`conda create … {packages}`),
+                // so quotes group and are removed as a shell does ('numpy==1.19.2' is numpy==1.19.2).
+                let words = shlex::split(names)
+                    .unwrap_or_else(|| names.split_whitespace().map(str::to_string).collect());
+                env.packages = words.iter().map(|w| pip_name(w)).collect();
+                // Conda installs these; for an older Python as its channels last had them.
+                if env.packages_as_of.is_none() {
+                    let eol = major_minor(&spec.python).and_then(|v| {
+                        PYTHON_END_OF_LIFE
+                            .iter()
+                            .find(|(p, _)| *p == v)
+                            .map(|(_, d)| *d)
+                    });
+                    env.conda_packages_as_of = Some(eol.unwrap_or(SPECS_AS_OF).to_string());
+                }
+            }
+        }
+        if env.packages_as_of.is_none() {
+            let conda = match &env.conda_packages_as_of {
+                Some(date) if date == SPECS_AS_OF => {
+                    "; the spec's conda packages are capped at the specs' date".to_string()
+                }
+                Some(date) => format!(
+                    "; the spec's conda packages are capped at {} instead, the end of life of Python {}",
+                    &date[..10.min(date.len())],
+                    spec.python.trim()
+                ),
+                None => String::new(),
+            };
+            env.left_out.insert(
+                0,
+                format!(
+                    "pip packages without a pin resolve as of today, not as of SWT-bench's specs ({}): pip's date cap (--uploaded-prior-to) needs pip 26, which needs Python {}.{}+{conda}",
+                    &SPECS_AS_OF[..10],
+                    FIRST_PYTHON_WITH_DATE_CAP.0,
+                    FIRST_PYTHON_WITH_DATE_CAP.1
+                ),
+            );
+        }
+        Some(env)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs() -> SwtBenchSpecs {
+        serde_json::from_str(
+            r#"{
+              "install_specs": {
+                "psf/requests": {"2.0": {"python": "3.9", "packages": "pytest numpy=1.19", "install": "python -m pip install ."},
+                                 "0.14": {"python": "3.6", "packages": "pytest", "install": "python -m pip install ."}},
+                "pallets/flask": {"2.3": {"python": "3.11", "packages": "requirements.txt", "pip_packages": ["Werkzeug==2.3.7"], "install": "python -m pip install -e ."}},
+                "pydata/xarray": {"0.12": {"python": "3.10", "packages": "environment.yml", "pip_packages": ["numpy==1.23.0"]}}
+              },
+              "test_commands": {
+                "psf/requests": {"2.0": "pytest -rA", "0.14": "pytest -rA"},
+                "pallets/flask": {"2.3": "pytest -rA"},
+                "pydata/xarray": {"0.12": "pytest -rA"}
+              },
+              "requirements_paths": {"pallets/flask": ["requirements/dev.txt"]},
+              "env_yml_paths": {"pydata/xarray": ["ci/requirements/environment.yml"]}
+            }"#,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn tox_runs_in_the_current_env_when_the_spec_brings_tox_current_env() {
+        let specs: SwtBenchSpecs = serde_json::from_str(
+            r#"{
+              "install_specs": {"sphinx-doc/sphinx": {"5.0": {"python": "3.9", "pip_packages": ["tox==4.16.0", "tox-current-env==0.0.11"], "install": "python -m pip install -e .[test]"}},
+                                "x/y": {"1.0": {"python": "3.9", "pip_packages": ["tox==4.16.0"]}}},
+              "test_commands": {"sphinx-doc/sphinx": {"5.0": "tox -epy39 -v --"}, "x/y": {"1.0": "tox -epy39 -v --"}}
+            }"#,
+        )
+        .unwrap();
+        let sphinx = specs.env("sphinx-doc/sphinx", "5.0").unwrap();
+        assert_eq!(sphinx.test_cmd, "tox --current-env -epy39 -v --");
+        assert!(
+            sphinx.left_out[0].contains("--current-env"),
+            "{:?}",
+            sphinx.left_out
+        );
+        let plain = specs.env("x/y", "1.0").unwrap();
+        assert_eq!(plain.test_cmd, "tox -epy39 -v --");
+        assert!(plain.left_out.is_empty());
+    }
+
+    #[test]
+    fn specs_read_as_environments() {
+        let s = specs();
+        let r = s.env("psf/requests", "2.0").unwrap();
+        assert_eq!(r.python, "3.9");
+        assert_eq!(r.packages_as_of.as_deref(), Some(SPECS_AS_OF));
+        assert_eq!(r.packages, vec!["pytest", "numpy==1.19"]);
+        assert_eq!(r.test_cmd, "pytest -rA");
+        assert_eq!(r.test_directives, SWT_BENCH_DIRECTIVES);
+        assert_eq!(r.env_vars["SETUPTOOLS_SCM_PRETEND_VERSION"], "2.0");
+        let f = s.env("pallets/flask", "2.3").unwrap();
+        assert_eq!(f.requirements_files, vec!["requirements/dev.txt"]);
+        assert_eq!(f.pip_packages, vec!["Werkzeug==2.3.7"]);
+        assert!(f.packages.is_empty());
+        let x = s.env("pydata/xarray", "0.12").unwrap();
+        assert!(
+            x.left_out[0].contains("environment.yml"),
+            "{:?}",
+            x.left_out
+        );
+        let old = s.env("psf/requests", "0.14").unwrap();
+        assert_eq!(old.packages_as_of, None, "no pip 26 for Python 3.6");
+        assert!(old.fresh_build_tools, "3.6's own pip 18 is too old");
+        // Its conda packages as of Python 3.6's end of life; 3.9+ caps every pip run instead.
+        assert_eq!(
+            old.conda_packages_as_of.as_deref(),
+            Some("2021-12-23T00:00:00Z")
+        );
+        assert_eq!(
+            s.env("psf/requests", "2.0").unwrap().conda_packages_as_of,
+            None
+        );
+        assert!(!s.env("psf/requests", "2.0").unwrap().fresh_build_tools);
+        assert!(
+            old.left_out[0].contains("as of today")
+                && old.left_out[0].contains("capped at 2021-12-23"),
+            "{:?}",
+            old.left_out
+        );
+        assert_eq!(major_minor("3.10"), Some((3, 10)));
+        assert_eq!(major_minor("3"), None);
+        assert!(s.env("psf/requests", "9.9").is_none());
+        assert!(s.env("me/mine", "2.0").is_none());
+    }
+
+    #[test]
+    fn the_shipped_specs_parse_and_cover_the_slices_repositories() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets");
+        let s = SwtBenchSpecs::load(&dir).unwrap().expect("shipped");
+        for (repo, version) in [
+            ("psf/requests", "2.10"),
+            ("pallets/flask", "2.3"),
+            ("pytest-dev/pytest", "5.4"),
+            ("sympy/sympy", "1.1"),
+        ] {
+            assert!(s.env(repo, version).is_some(), "{repo} {version}");
+        }
+        assert_eq!(pip_name("a>=1"), "a>=1");
+        assert_eq!(pip_name("a==1"), "a==1");
+        // scikit-learn 1.3's packages are shell-quoted in SWE-bench's specs.
+        let env = s.env("scikit-learn/scikit-learn", "1.3").unwrap();
+        assert_eq!(
+            &env.packages[..5],
+            [
+                "numpy==1.19.2",
+                "scipy==1.5.2",
+                "cython==3.0.10",
+                "pytest",
+                "pandas<2.0.0"
+            ]
+        );
+        assert!(env.packages.iter().all(|p| !p.contains(['\'', '"'])));
+    }
+}

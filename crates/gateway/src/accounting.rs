@@ -1,0 +1,398 @@
+//! Pure accounting: token usage from upstream responses, cost from prices, budget checks.
+
+use reprobench_domain::sweep::Price;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::time::Duration;
+
+/// What a task (or the whole gateway) has used so far.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Successful completions.
+    pub calls: u64,
+    /// Prompt tokens, cached ones included.
+    pub tokens_in: u64,
+    /// Completion tokens.
+    pub tokens_out: u64,
+    /// Prompt tokens served from the provider's cache.
+    pub tokens_cached: u64,
+    /// Dollars, from the backbone's prices.
+    pub cost_usd: f64,
+    /// Calls that ended in an error after all retries.
+    pub failed_calls: u64,
+    /// Upstream attempts repeated after a retryable failure.
+    pub retries: u64,
+    /// Calls refused because a budget was exhausted.
+    pub budget_rejections: u64,
+    /// Wall-clock seconds spent in calls (gateway receipt to last byte).
+    pub llm_seconds: f64,
+    /// True when the answers came from a recorded transcript, not a live backbone.
+    pub replay: bool,
+    /// Successful calls whose answer carried no `usage`: their tokens (and so their cost) are
+    /// estimates from the request's and the answer's text, about four characters a token.
+    #[serde(default)]
+    pub calls_without_usage: u64,
+}
+
+impl Usage {
+    /// Adds another usage into this one (`replay` is true if either is).
+    pub fn add(&mut self, other: &Usage) {
+        self.calls += other.calls;
+        self.tokens_in += other.tokens_in;
+        self.tokens_out += other.tokens_out;
+        self.tokens_cached += other.tokens_cached;
+        self.cost_usd += other.cost_usd;
+        self.failed_calls += other.failed_calls;
+        self.retries += other.retries;
+        self.budget_rejections += other.budget_rejections;
+        self.llm_seconds += other.llm_seconds;
+        self.replay |= other.replay;
+        self.calls_without_usage += other.calls_without_usage;
+    }
+}
+
+/// Characters per token in the estimate used when an answer has no `usage`.
+pub const CHARS_PER_ESTIMATED_TOKEN: u64 = 4;
+
+/// Characters of the text a model reads or writes in `v`: strings under `content`, `text`,
+/// `arguments` and `reasoning_content`, anywhere inside it.
+fn text_chars(v: &Value) -> u64 {
+    match v {
+        Value::Array(items) => items.iter().map(text_chars).sum(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| match (k.as_str(), v) {
+                ("content" | "text" | "arguments" | "reasoning_content", Value::String(s)) => {
+                    s.chars().count() as u64
+                }
+                _ => text_chars(v),
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
+fn chars_to_tokens(chars: u64) -> u64 {
+    chars.div_ceil(CHARS_PER_ESTIMATED_TOKEN)
+}
+
+/// Token counts of one completion, as reported by the upstream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCounts {
+    /// `prompt_tokens` (cached ones included).
+    pub prompt: u64,
+    /// `completion_tokens`.
+    pub completion: u64,
+    /// `prompt_tokens_details.cached_tokens`, or DeepSeek's `prompt_cache_hit_tokens`.
+    pub cached: u64,
+}
+
+impl TokenCounts {
+    /// Reads an OpenAI `usage` object; `None` when it is absent or null.
+    pub fn from_usage(usage: &Value) -> Option<TokenCounts> {
+        let usage = usage.as_object()?;
+        let num = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        let cached = usage
+            .get("prompt_tokens_details")
+            .and_then(|d| d.get("cached_tokens"))
+            .and_then(Value::as_u64)
+            .or_else(|| usage.get("prompt_cache_hit_tokens").and_then(Value::as_u64))
+            .unwrap_or(0);
+        Some(TokenCounts {
+            prompt: num(usage.get("prompt_tokens")),
+            completion: num(usage.get("completion_tokens")),
+            cached,
+        })
+    }
+
+    /// Reads the `usage` of a chat-completion response (or stream chunk).
+    pub fn from_response(response: &Value) -> Option<TokenCounts> {
+        TokenCounts::from_usage(response.get("usage")?)
+    }
+
+    /// An estimate for a call whose answer had no `usage`: the request's messages (and tool
+    /// definitions) in, the answer's choices out (one answer, or a stream's chunks), at
+    /// [`CHARS_PER_ESTIMATED_TOKEN`] characters a token.
+    pub fn estimate(request: &Value, response: &Value) -> TokenCounts {
+        let tools = request
+            .get("tools")
+            .map_or(0, |t| t.to_string().chars().count() as u64);
+        let prompt = request.get("messages").map_or(0, text_chars) + tools;
+        let completion = match response {
+            Value::Array(chunks) => chunks
+                .iter()
+                .map(|c| c.get("choices").map_or(0, text_chars))
+                .sum(),
+            one => one.get("choices").map_or(0, text_chars),
+        };
+        TokenCounts {
+            prompt: chars_to_tokens(prompt),
+            completion: chars_to_tokens(completion),
+            cached: 0,
+        }
+    }
+
+    /// Dollars these tokens cost at `price` (cached input at the cached rate).
+    pub fn cost_usd(&self, price: &Price) -> f64 {
+        let cached = self.cached.min(self.prompt);
+        let uncached = self.prompt - cached;
+        (uncached as f64 * price.input_per_mtok
+            + cached as f64 * price.cached_input_per_mtok
+            + self.completion as f64 * price.output_per_mtok)
+            / 1e6
+    }
+
+    /// The usage of one successful call with these tokens.
+    pub fn as_call_usage(&self, price: &Price) -> Usage {
+        Usage {
+            calls: 1,
+            tokens_in: self.prompt,
+            tokens_out: self.completion,
+            tokens_cached: self.cached.min(self.prompt),
+            cost_usd: self.cost_usd(price),
+            ..Usage::default()
+        }
+    }
+}
+
+/// Per-task limits checked before each call; `None` means unlimited.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskBudget {
+    /// Upstream calls (successful, failed and in flight).
+    pub max_calls: Option<u64>,
+    /// Tokens in plus tokens out.
+    pub max_tokens: Option<u64>,
+    /// Dollars.
+    pub max_cost_usd: Option<f64>,
+    /// Time since the task was opened.
+    pub max_duration: Option<Duration>,
+}
+
+/// A budget that is used up: which one, how much was used, and the limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetExhausted {
+    /// `calls`, `tokens`, `cost` or `time`.
+    pub which: &'static str,
+    /// Amount used, formatted with its unit.
+    pub used: String,
+    /// The limit, formatted with its unit.
+    pub limit: String,
+}
+
+impl BudgetExhausted {
+    /// The message returned to the agent, e.g. `task T: calls budget exhausted (used 3, limit 3)`.
+    pub fn message(&self, task: &str) -> String {
+        format!(
+            "task {task}: {} budget exhausted (used {}, limit {})",
+            self.which, self.used, self.limit
+        )
+    }
+}
+
+impl TaskBudget {
+    /// Checks whether one more call is allowed, given the usage so far, the calls in
+    /// flight and the time since the task was opened.
+    pub fn check(
+        &self,
+        used: &Usage,
+        in_flight: u64,
+        elapsed: Duration,
+    ) -> Result<(), BudgetExhausted> {
+        if let Some(limit) = self.max_calls {
+            let calls = used.calls + used.failed_calls + in_flight;
+            if calls >= limit {
+                return Err(BudgetExhausted {
+                    which: "calls",
+                    used: calls.to_string(),
+                    limit: limit.to_string(),
+                });
+            }
+        }
+        if let Some(limit) = self.max_tokens {
+            let tokens = used.tokens_in + used.tokens_out;
+            if tokens >= limit {
+                return Err(BudgetExhausted {
+                    which: "tokens",
+                    used: format!("{tokens} tokens"),
+                    limit: format!("{limit} tokens"),
+                });
+            }
+        }
+        if let Some(limit) = self.max_cost_usd
+            && used.cost_usd >= limit
+        {
+            return Err(BudgetExhausted {
+                which: "cost",
+                used: format!("${:.4}", used.cost_usd),
+                limit: format!("${limit:.4}"),
+            });
+        }
+        if let Some(limit) = self.max_duration
+            && elapsed >= limit
+        {
+            return Err(BudgetExhausted {
+                which: "time",
+                used: format!("{:.1}s", elapsed.as_secs_f64()),
+                limit: format!("{:.1}s", limit.as_secs_f64()),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn price() -> Price {
+        Price {
+            input_per_mtok: 2.0,
+            output_per_mtok: 8.0,
+            cached_input_per_mtok: 0.5,
+        }
+    }
+
+    #[test]
+    fn an_answer_without_usage_is_charged_an_estimate_that_budgets_see() {
+        let request = json!({"messages": [
+            {"role": "system", "content": "x".repeat(400)},
+            {"role": "user", "content": [{"type": "text", "text": "y".repeat(399)}]}
+        ]});
+        let answer =
+            json!({"choices": [{"message": {"role": "assistant", "content": "z".repeat(81)}}]});
+        let est = TokenCounts::estimate(&request, &answer);
+        assert_eq!((est.prompt, est.completion), (200, 21));
+        // A stream's chunks count the same as one answer.
+        let chunks = json!([
+            {"choices": [{"delta": {"role": "assistant", "content": "z".repeat(40)}}]},
+            {"choices": [{"delta": {"content": "z".repeat(41)}}]},
+            {"choices": [{"delta": {}, "finish_reason": "stop"}]}
+        ]);
+        assert_eq!(TokenCounts::estimate(&request, &chunks), est);
+        let usage = est.as_call_usage(&price());
+        assert!(usage.cost_usd > 0.0);
+        let budget = TaskBudget {
+            max_cost_usd: Some(usage.cost_usd / 2.0),
+            ..TaskBudget::default()
+        };
+        assert_eq!(
+            budget.check(&usage, 0, Duration::ZERO).map_err(|b| b.which),
+            Err("cost"),
+        );
+    }
+
+    #[test]
+    fn openai_usage_with_cached_tokens() {
+        let counts = TokenCounts::from_response(&json!({"usage": {
+            "prompt_tokens": 1000, "completion_tokens": 200,
+            "prompt_tokens_details": {"cached_tokens": 400}
+        }}))
+        .unwrap();
+        assert_eq!(
+            counts,
+            TokenCounts {
+                prompt: 1000,
+                completion: 200,
+                cached: 400
+            }
+        );
+        // 600 uncached * 2 + 400 cached * 0.5 + 200 out * 8 = 1200 + 200 + 1600 = 3000 per 1e6.
+        assert!((counts.cost_usd(&price()) - 0.003).abs() < 1e-12);
+    }
+
+    #[test]
+    fn deepseek_cache_hits_count_as_cached() {
+        let counts = TokenCounts::from_usage(&json!({
+            "prompt_tokens": 50, "completion_tokens": 5, "prompt_cache_hit_tokens": 30
+        }))
+        .unwrap();
+        assert_eq!(counts.cached, 30);
+    }
+
+    #[test]
+    fn missing_or_null_usage_is_none() {
+        assert_eq!(TokenCounts::from_response(&json!({"choices": []})), None);
+        assert_eq!(TokenCounts::from_response(&json!({"usage": null})), None);
+    }
+
+    #[test]
+    fn cached_beyond_prompt_is_clamped() {
+        let counts = TokenCounts {
+            prompt: 10,
+            completion: 0,
+            cached: 20,
+        };
+        assert!((counts.cost_usd(&price()) - 10.0 * 0.5 / 1e6).abs() < 1e-15);
+        assert_eq!(counts.as_call_usage(&price()).tokens_cached, 10);
+    }
+
+    #[test]
+    fn budgets_exhaust_at_their_limit() {
+        let budget = TaskBudget {
+            max_calls: Some(3),
+            max_tokens: Some(100),
+            max_cost_usd: Some(0.5),
+            max_duration: Some(Duration::from_secs(10)),
+        };
+        let mut used = Usage {
+            calls: 2,
+            ..Usage::default()
+        };
+        assert!(budget.check(&used, 0, Duration::ZERO).is_ok());
+        let err = budget.check(&used, 1, Duration::ZERO).unwrap_err();
+        assert_eq!(err.which, "calls");
+        assert_eq!(
+            err.message("t1"),
+            "task t1: calls budget exhausted (used 3, limit 3)"
+        );
+        used.tokens_in = 60;
+        used.tokens_out = 40;
+        assert_eq!(
+            budget.check(&used, 0, Duration::ZERO).unwrap_err().which,
+            "tokens"
+        );
+        used.tokens_in = 0;
+        used.cost_usd = 0.5;
+        assert_eq!(
+            budget.check(&used, 0, Duration::ZERO).unwrap_err().which,
+            "cost"
+        );
+        used.cost_usd = 0.0;
+        assert_eq!(
+            budget
+                .check(&used, 0, Duration::from_secs(10))
+                .unwrap_err()
+                .which,
+            "time"
+        );
+        assert!(
+            TaskBudget::default()
+                .check(&used, 99, Duration::MAX)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn usage_adds_fieldwise() {
+        let mut a = Usage {
+            calls: 1,
+            tokens_in: 10,
+            cost_usd: 0.25,
+            ..Usage::default()
+        };
+        a.add(&Usage {
+            calls: 2,
+            tokens_in: 5,
+            cost_usd: 0.5,
+            retries: 1,
+            replay: true,
+            ..Usage::default()
+        });
+        assert_eq!(a.calls, 3);
+        assert_eq!(a.tokens_in, 15);
+        assert_eq!(a.retries, 1);
+        assert!(a.replay);
+        assert!((a.cost_usd - 0.75).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,529 @@
+//! The LLM gateway: an OpenAI-compatible metering proxy between agents and backbones.
+//!
+//! Each task gets a virtual key from [`Gateway::open_task`]; calls made with it are
+//! forwarded to the task's backbone (model and sampling parameters rewritten), metered
+//! exactly from the upstream's `usage`, checked against the task's budget, retried on
+//! transient failures, and recorded in the task's transcript. In replay mode recorded
+//! responses are served instead and no upstream is ever called.
+
+pub mod accounting;
+pub mod bench;
+pub mod llm;
+pub mod metrics;
+pub mod replay;
+pub mod scripted;
+mod server;
+pub mod sse;
+pub mod transcript;
+pub mod upstream;
+
+pub use accounting::{TaskBudget, TokenCounts, Usage};
+
+use axum::serve::ListenerExt;
+use metrics::Metrics;
+use replay::ReplayIndex;
+use reprobench_domain::sweep::BackboneSpec;
+use reprobench_domain::swt::Fnv;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use transcript::{TranscriptWriter, sanitize_task_name};
+use upstream::{Upstream, upstream_key};
+
+/// How the gateway runs.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayConfig {
+    /// Directory of transcripts: one `<sanitized task name>.jsonl` per task.
+    pub transcripts: Option<PathBuf>,
+    /// A transcript file or directory to serve recorded responses from; no upstream is called.
+    pub replay: Option<PathBuf>,
+    /// Standalone mode: an unknown bearer token becomes its own task with the defaults.
+    pub open: bool,
+    /// Backbone of tasks created in open mode.
+    pub default_backbone: Option<BackboneSpec>,
+    /// Budget of tasks created in open mode.
+    pub default_budget: TaskBudget,
+    /// Retries of transient upstream failures.
+    pub retry: RetryPolicy,
+}
+
+/// Retries with full-jitter exponential backoff.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub max_retries: u32,
+    /// Ceiling of the first backoff; doubles each retry.
+    pub base: Duration,
+    /// Largest backoff ceiling.
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 5,
+            base: Duration::from_millis(500),
+            cap: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why the gateway could not start or open a task.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The listen address is unavailable.
+    #[error("cannot listen on {addr}: {source} (choose a free port, or port 0 for any)")]
+    Bind {
+        /// Address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The backbone's API key variable is unset.
+    #[error(
+        "backbone `{backbone}` reads its API key from ${var}, which is not set: export {var}=… on the node"
+    )]
+    MissingApiKey {
+        /// Backbone name.
+        backbone: String,
+        /// Environment variable name.
+        var: String,
+    },
+    /// A transcript file cannot be created.
+    #[error("cannot open transcript {path}: {source} (check the directory exists and is writable)")]
+    Transcript {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The replay source cannot be read.
+    #[error(
+        "cannot load replay recordings from {path}: {message} (give a transcript .jsonl file or a directory of them)"
+    )]
+    Replay {
+        /// The file at fault.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The configuration or a backbone spec is unusable.
+    #[error("invalid gateway configuration: {0}")]
+    Config(String),
+    /// The HTTP client could not be built.
+    #[error("cannot build the upstream HTTP client: {0}")]
+    Client(String),
+}
+
+/// One task's state.
+pub(crate) struct Task {
+    pub name: String,
+    pub backbone: BackboneSpec,
+    pub upstream: Arc<Upstream>,
+    pub budget: TaskBudget,
+    pub opened: Instant,
+    pub state: Mutex<TaskState>,
+    pub transcript: Option<TranscriptWriter>,
+}
+
+/// Mutable per-task counters.
+#[derive(Default)]
+pub(crate) struct TaskState {
+    pub usage: Usage,
+    pub in_flight: u64,
+    /// Closed: its usage was handed back and retired; calls still finishing charge the
+    /// retired figures too.
+    pub closed: bool,
+}
+
+/// Closed tasks' usage, kept small: the latest [`RETIRED_NAMES_KEPT`] by name, the rest summed.
+#[derive(Default)]
+struct Retired {
+    /// Every closed task's usage, summed.
+    all: Usage,
+    by_name: HashMap<String, Usage>,
+    /// Names in `by_name`, oldest first.
+    order: VecDeque<String>,
+    /// Closed tasks no longer listed by name, summed.
+    earlier: Usage,
+}
+
+/// Closed tasks listed by name in `/v1/usage?per_task=true`; older ones are summed under
+/// [`EARLIER_TASKS`]. A node running a long sweep keeps no per-task state beyond this.
+pub const RETIRED_NAMES_KEPT: usize = 1024;
+/// The name under which closed tasks no longer listed one by one are summed.
+pub const EARLIER_TASKS: &str = "(earlier closed tasks)";
+
+impl Retired {
+    fn add(&mut self, name: &str, usage: &Usage) {
+        self.all.add(usage);
+        if let Some(u) = self.by_name.get_mut(name) {
+            u.add(usage);
+            return;
+        }
+        self.by_name.insert(name.to_string(), usage.clone());
+        self.order.push_back(name.to_string());
+        while self.order.len() > RETIRED_NAMES_KEPT {
+            if let Some(old) = self.order.pop_front()
+                && let Some(u) = self.by_name.remove(&old)
+            {
+                self.earlier.add(&u);
+            }
+        }
+    }
+}
+
+/// State shared by the HTTP handlers and the [`Gateway`] handle.
+pub(crate) struct Shared {
+    pub config: GatewayConfig,
+    client: reqwest::Client,
+    keys: Mutex<HashMap<String, Arc<Task>>>,
+    /// Closed keys, kept in open mode only (so a closed key does not become a task again).
+    closed: Mutex<HashSet<String>>,
+    retired: Mutex<Retired>,
+    upstreams: Mutex<HashMap<String, Arc<Upstream>>>,
+    pub replay: Option<Mutex<ReplayIndex>>,
+    pub metrics: Mutex<Metrics>,
+}
+
+/// Locks a mutex, carrying on with the data if a panicking attempt poisoned it: one attempt's
+/// panic must not make every later attempt on the node panic too.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Shared {
+    pub fn is_replay(&self) -> bool {
+        self.replay.is_some()
+    }
+
+    /// The task a bearer token stands for; in open mode an unknown token becomes a task.
+    pub fn task_for_key(&self, token: &str) -> Result<Option<Arc<Task>>, GatewayError> {
+        if let Some(task) = lock(&self.keys).get(token) {
+            return Ok(Some(task.clone()));
+        }
+        if !self.config.open || lock(&self.closed).contains(token) {
+            return Ok(None);
+        }
+        let backbone = self
+            .config
+            .default_backbone
+            .clone()
+            .ok_or_else(|| GatewayError::Config("open mode needs a default backbone".into()))?;
+        let mut h = Fnv::default();
+        h.add(token);
+        let name = format!("open-{:08x}", h.0 >> 32);
+        let task = self.new_task(&name, &backbone, self.config.default_budget.clone(), None)?;
+        let mut keys = lock(&self.keys);
+        let task = keys.entry(token.to_string()).or_insert(task).clone();
+        Ok(Some(task))
+    }
+
+    fn new_task(
+        &self,
+        name: &str,
+        backbone: &BackboneSpec,
+        budget: TaskBudget,
+        transcript: Option<PathBuf>,
+    ) -> Result<Arc<Task>, GatewayError> {
+        let upstream = self.upstream_for(backbone)?;
+        let path = transcript.or_else(|| {
+            self.config
+                .transcripts
+                .as_ref()
+                .map(|dir| dir.join(format!("{}.jsonl", sanitize_task_name(name))))
+        });
+        let transcript = path
+            .map(|path| {
+                TranscriptWriter::open(&path, upstream.secrets())
+                    .map_err(|source| GatewayError::Transcript { path, source })
+            })
+            .transpose()?;
+        let task = Arc::new(Task {
+            name: name.to_string(),
+            backbone: backbone.clone(),
+            upstream,
+            budget,
+            opened: Instant::now(),
+            state: Mutex::new(TaskState {
+                usage: Usage {
+                    replay: self.is_replay(),
+                    ..Usage::default()
+                },
+                in_flight: 0,
+                closed: false,
+            }),
+            transcript,
+        });
+        Ok(task)
+    }
+
+    fn upstream_for(&self, backbone: &BackboneSpec) -> Result<Arc<Upstream>, GatewayError> {
+        if !(backbone.base_url.starts_with("http://") || backbone.base_url.starts_with("https://"))
+        {
+            return Err(GatewayError::Config(format!(
+                "backbone `{}` has base_url `{}`, which is not an http:// or https:// URL",
+                backbone.name, backbone.base_url
+            )));
+        }
+        let key = upstream_key(backbone);
+        if let Some(upstream) = lock(&self.upstreams).get(&key) {
+            return Ok(upstream.clone());
+        }
+        let api_key = match (&backbone.api_key_env, self.is_replay()) {
+            (Some(var), false) => Some(
+                std::env::var(var)
+                    .ok()
+                    .filter(|v| !v.is_empty())
+                    .ok_or_else(|| GatewayError::MissingApiKey {
+                        backbone: backbone.name.clone(),
+                        var: var.clone(),
+                    })?,
+            ),
+            _ => None,
+        };
+        let upstream = Arc::new(Upstream::new(backbone, api_key, self.client.clone()));
+        Ok(lock(&self.upstreams).entry(key).or_insert(upstream).clone())
+    }
+
+    /// Names of the backbones known to the gateway, sorted.
+    pub fn backbone_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.upstreams)
+            .values()
+            .map(|u| u.spec.name.clone())
+            .chain(self.config.default_backbone.iter().map(|b| b.name.clone()))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// Usage per task name (tasks sharing a name are summed): open tasks, the latest closed
+    /// ones, and the earlier closed ones summed under [`EARLIER_TASKS`].
+    pub fn usage_by_task(&self) -> BTreeMap<String, Usage> {
+        let mut out: BTreeMap<String, Usage> = BTreeMap::new();
+        {
+            let retired = lock(&self.retired);
+            for (name, usage) in &retired.by_name {
+                out.entry(name.clone()).or_default().add(usage);
+            }
+            if retired.earlier != Usage::default() {
+                out.insert(EARLIER_TASKS.to_string(), retired.earlier.clone());
+            }
+        }
+        for task in self.open_tasks() {
+            let usage = lock(&task.state).usage.clone();
+            out.entry(task.name.clone()).or_default().add(&usage);
+        }
+        out
+    }
+
+    /// Usage summed over every task ever opened.
+    pub fn totals(&self) -> Usage {
+        let mut total = Usage {
+            replay: self.is_replay(),
+            ..Usage::default()
+        };
+        total.add(&lock(&self.retired).all);
+        for task in self.open_tasks() {
+            total.add(&lock(&task.state).usage);
+        }
+        total
+    }
+
+    fn open_tasks(&self) -> Vec<Arc<Task>> {
+        lock(&self.keys).values().cloned().collect()
+    }
+
+    /// Charges `usage` to task `task`, and to the retired figures when the task is closed.
+    pub(crate) fn charge(&self, task: &Task, usage: &Usage) {
+        let mut state = lock(&task.state);
+        state.usage.add(usage);
+        if state.closed {
+            lock(&self.retired).add(&task.name, usage);
+        }
+    }
+
+    /// Open tasks, and closed tasks listed by name (for tests of what a long run retains).
+    pub fn retained(&self) -> (usize, usize) {
+        (lock(&self.keys).len(), lock(&self.retired).by_name.len())
+    }
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stop: Arc<Notify>,
+    server: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// A running gateway; cheap to clone.
+#[derive(Clone)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+impl Gateway {
+    /// Starts serving on `listen` (port 0 picks a free port).
+    pub async fn start(listen: SocketAddr, config: GatewayConfig) -> Result<Gateway, GatewayError> {
+        if config.open && config.default_backbone.is_none() {
+            return Err(GatewayError::Config(
+                "open mode turns unknown keys into tasks of the default backbone, but none is set"
+                    .into(),
+            ));
+        }
+        let replay = config
+            .replay
+            .as_ref()
+            .map(|path| {
+                ReplayIndex::load(path).map_err(|e| GatewayError::Replay {
+                    path: e.path,
+                    message: e.message,
+                })
+            })
+            .transpose()?;
+        // reqwest falls back to rustls' ring provider when none is installed, so https
+        // upstreams work without process-wide setup.
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(256)
+            // Streamed answers are relayed as many small writes: no Nagle delay on either side.
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| GatewayError::Client(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            config,
+            client,
+            keys: Mutex::new(HashMap::new()),
+            closed: Mutex::new(HashSet::new()),
+            retired: Mutex::new(Retired::default()),
+            upstreams: Mutex::new(HashMap::new()),
+            replay: replay.map(Mutex::new),
+            metrics: Mutex::new(Metrics::default()),
+        });
+        if let (Some(backbone), false) = (&shared.config.default_backbone, shared.is_replay()) {
+            shared.upstream_for(backbone)?;
+        }
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| GatewayError::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
+            addr: listen,
+            source,
+        })?;
+        // Without TCP_NODELAY each small write of a relayed stream waited on the client's
+        // delayed ACK (about 40 ms a call).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY on a gateway connection: {e}");
+            }
+        });
+        let stop = Arc::new(Notify::new());
+        let app = server::router(shared.clone());
+        let stopped = stop.clone();
+        let server = tokio::spawn(async move {
+            let serve = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stopped.notified().await });
+            if let Err(e) = serve.await {
+                tracing::error!("gateway server stopped: {e}");
+            }
+        });
+        Ok(Gateway {
+            inner: Arc::new(Inner {
+                shared,
+                addr,
+                stop,
+                server: Mutex::new(Some(server)),
+            }),
+        })
+    }
+
+    /// The OpenAI base URL agents use, `http://IP:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.inner.addr)
+    }
+
+    /// The address served.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// Opens a task: returns the virtual key its agent must send as `Bearer` token.
+    /// `transcript` overrides the file in the configured transcript directory.
+    pub fn open_task(
+        &self,
+        task: &str,
+        backbone: &BackboneSpec,
+        budget: TaskBudget,
+        transcript: Option<PathBuf>,
+    ) -> Result<String, GatewayError> {
+        let shared = &self.inner.shared;
+        let task = shared.new_task(task, backbone, budget, transcript)?;
+        let key = new_virtual_key();
+        lock(&shared.keys).insert(key.clone(), task);
+        Ok(key)
+    }
+
+    /// What the task with this key has used so far.
+    pub fn task_usage(&self, key: &str) -> Option<Usage> {
+        let task = lock(&self.inner.shared.keys).get(key).cloned()?;
+        let usage = lock(&task.state).usage.clone();
+        Some(usage)
+    }
+
+    /// Closes a task: its key is refused from now on. Returns its final usage.
+    pub fn close_task(&self, key: &str) -> Option<Usage> {
+        let shared = &self.inner.shared;
+        let task = lock(&shared.keys).remove(key)?;
+        if shared.config.open {
+            lock(&shared.closed).insert(key.to_string());
+        }
+        let usage = {
+            let mut state = lock(&task.state);
+            state.closed = true;
+            lock(&shared.retired).add(&task.name, &state.usage);
+            state.usage.clone()
+        };
+        // The task's transcript file closes when its last call in flight ends.
+        Some(usage)
+    }
+
+    /// Open tasks, and closed tasks still listed by name: what the gateway retains.
+    pub fn retained_tasks(&self) -> (usize, usize) {
+        self.inner.shared.retained()
+    }
+
+    /// Usage summed over every task, open or closed.
+    pub fn totals(&self) -> Usage {
+        self.inner.shared.totals()
+    }
+
+    /// True when serving recorded responses.
+    pub fn is_replay(&self) -> bool {
+        self.inner.shared.is_replay()
+    }
+
+    /// Stops accepting connections and waits (up to 10 s) for calls in progress.
+    pub async fn shutdown(self) {
+        self.inner.stop.notify_one();
+        let server = lock(&self.inner.server).take();
+        if let Some(server) = server
+            && tokio::time::timeout(Duration::from_secs(10), server)
+                .await
+                .is_err()
+        {
+            tracing::warn!("gateway calls still running 10 s after shutdown; abandoning them");
+        }
+    }
+}
+
+/// A fresh unguessable virtual key, `rb-` and 32 hex digits (panics when the OS's random number
+/// generator fails: a key derived from anything else could be guessed).
+fn new_virtual_key() -> String {
+    format!("rb-{}", reprobench_domain::secret::random_hex(16))
+}

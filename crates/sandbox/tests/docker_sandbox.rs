@@ -1,0 +1,756 @@
+//! The Docker sandbox against a real engine and a tiny bare git repository made here.
+//!
+//! Needs the engine and the base image ([`DEFAULT_BASE_IMAGE`]). Without them each test prints
+//! why and passes, unless `REPROBENCH_REQUIRE_DOCKER=1`, when it fails. Make the base image with
+//! `cargo test -p reprobench-agent-node --test docker_sandbox -- --ignored bootstrap` (root,
+//! debootstrap) or `reprobench images bootstrap`.
+
+use bollard::query_parameters::{
+    EventsOptionsBuilder, ListContainersOptionsBuilder, RemoveImageOptionsBuilder,
+    TagImageOptionsBuilder,
+};
+use futures_util::StreamExt;
+use reprobench_sandbox::docker::{
+    BootstrapOptions, CONTAINER_LABEL, DEFAULT_BASE_IMAGE, DockerConfig, DockerSandbox,
+    LAYER_LABEL, LayerKind, bootstrap_base_image, plan_eviction,
+};
+use reprobench_sandbox::{
+    EnvRecipe, ExecOutput, ExecRequest, InputFile, Limits, Prepared, Sandbox, SandboxError,
+};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+const CALC: &str = "def add(a, b):\n    return a + b\n";
+const TEST_CALC: &str = "import unittest\n\nfrom calc import add\n\n\nclass TestAdd(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n\nif __name__ == '__main__':\n    unittest.main()\n";
+
+/// Skips (prints why, returns `None`) or, under `REPROBENCH_REQUIRE_DOCKER=1`, fails.
+fn skip<T>(why: &str) -> Option<T> {
+    if std::env::var("REPROBENCH_REQUIRE_DOCKER").as_deref() == Ok("1") {
+        panic!("REPROBENCH_REQUIRE_DOCKER=1 but {why}");
+    }
+    eprintln!("skipping Docker sandbox test: {why}");
+    None
+}
+
+/// A connected sandbox with a private cache dir, or `None` (skip) without engine or base image.
+async fn sandbox() -> Option<(DockerSandbox, tempfile::TempDir)> {
+    let cache = tempfile::tempdir().unwrap();
+    let cfg = DockerConfig {
+        cache_dir: cache.path().to_path_buf(),
+        ..DockerConfig::default()
+    };
+    let sb = match DockerSandbox::connect(cfg).await {
+        Ok(sb) => sb,
+        Err(e) => return skip(&format!("the Docker engine is not reachable ({e})")),
+    };
+    if sb.engine().inspect_image(DEFAULT_BASE_IMAGE).await.is_err() {
+        return skip(&format!(
+            "base image {DEFAULT_BASE_IMAGE} is missing (make it with `reprobench images bootstrap`)"
+        ));
+    }
+    Some((sb, cache))
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .env("GIT_AUTHOR_DATE", "2020-01-01T00:00:00Z")
+        .env("GIT_COMMITTER_DATE", "2020-01-01T00:00:00Z")
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// A bare mirror of a tiny Python project; returns (mirror, base commit). `nonce` changes the
+/// commit (so a test can have an instance image of its own); without it the commit is the same
+/// on every run, so the image is reused.
+fn make_mirror(root: &Path, nonce: Option<&str>) -> (PathBuf, String) {
+    let work = root.join("work");
+    std::fs::create_dir_all(work.join("tests")).unwrap();
+    std::fs::write(work.join("calc.py"), CALC).unwrap();
+    std::fs::write(work.join("tests/__init__.py"), "").unwrap();
+    std::fs::write(work.join("tests/test_calc.py"), TEST_CALC).unwrap();
+    // Tracked although ignored: the instance must still have it.
+    std::fs::write(work.join(".gitignore"), "*.log\n").unwrap();
+    std::fs::write(work.join("keep.log"), "tracked\n").unwrap();
+    if let Some(n) = nonce {
+        std::fs::write(work.join("NONCE"), n).unwrap();
+    }
+    git(&work, &["init", "-q"]);
+    git(&work, &["add", "-A", "-f"]);
+    git(&work, &["commit", "-q", "-m", "calc"]);
+    let commit = git(&work, &["rev-parse", "HEAD"]);
+    let mirror = root.join("o__calc.git");
+    let out = Command::new("git")
+        .args(["clone", "-q", "--bare"])
+        .arg(&work)
+        .arg(&mirror)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (mirror, commit)
+}
+
+fn recipe(mirror: PathBuf, commit: String, python: String) -> EnvRecipe {
+    EnvRecipe {
+        repo: "o/calc".into(),
+        mirror,
+        base_commit: commit,
+        python,
+        packages: vec![],
+        pre_install: vec!["echo pre > PRE_INSTALLED".into()],
+        install: String::new(),
+        ..Default::default()
+    }
+}
+
+/// The shared instance (same commit on every run), prepared once per test binary.
+async fn shared(sb: &DockerSandbox) -> Prepared {
+    static MIRROR: OnceLock<(PathBuf, String)> = OnceLock::new();
+    static PREPARED: tokio::sync::OnceCell<Prepared> = tokio::sync::OnceCell::const_new();
+    let (mirror, commit) = MIRROR
+        .get_or_init(|| {
+            // Statics are never dropped: the directory is named after the process, and those
+            // of test processes that are gone are removed here.
+            const PREFIX: &str = "reprobench-docker-test-";
+            let tmp = std::env::temp_dir();
+            for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let stale = name
+                    .strip_prefix(PREFIX)
+                    .is_some_and(|pid| !Path::new("/proc").join(pid).exists());
+                if stale {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+            let root = tmp.join(format!("{PREFIX}{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            make_mirror(&root, None)
+        })
+        .clone();
+    let python = sb.base_python().await.unwrap();
+    PREPARED
+        .get_or_init(|| async {
+            sb.prepare(&recipe(mirror, commit, python))
+                .await
+                .expect("prepare")
+        })
+        .await
+        .clone()
+}
+
+fn request(command: &[&str]) -> ExecRequest {
+    ExecRequest {
+        files: vec![],
+        command: command.iter().map(|s| s.to_string()).collect(),
+        env: vec![],
+        limits: Limits {
+            memory_mb: 512,
+            pids: 128,
+            disk_mb: 64,
+            timeout: Duration::from_secs(120),
+            ..Limits::default()
+        },
+    }
+}
+
+fn sh(script: &str) -> ExecRequest {
+    request(&["sh", "-c", script])
+}
+
+#[track_caller]
+fn assert_ran(out: &ExecOutput, code: i64) {
+    assert_eq!(out.exit_code, Some(code), "output:\n{}", out.output);
+    assert!(!out.timed_out);
+}
+
+async fn our_containers(sb: &DockerSandbox, image: &str) -> Vec<String> {
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![
+            CONTAINER_LABEL.to_string(),
+            format!("reprobench.image={image}"),
+        ],
+    )]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let list = sb.engine().list_containers(Some(options)).await.unwrap();
+    list.into_iter().filter_map(|c| c.id).collect()
+}
+
+/// A private tag for the shared image, so a test can find exactly its own containers.
+async fn alias(sb: &DockerSandbox, prepared: &Prepared, name: &str) -> Prepared {
+    let Prepared::Image(image) = prepared else {
+        panic!("docker prepares images")
+    };
+    let tag = format!("{name}-{}", std::process::id());
+    let options = TagImageOptionsBuilder::new()
+        .repo("reprobench-test/alias")
+        .tag(&tag)
+        .build();
+    sb.engine().tag_image(image, Some(options)).await.unwrap();
+    Prepared::Image(format!("reprobench-test/alias:{tag}"))
+}
+
+async fn remove_image(sb: &DockerSandbox, image: &str) {
+    let options = RemoveImageOptionsBuilder::new().force(true).build();
+    if let Err(e) = sb.engine().remove_image(image, Some(options), None).await {
+        eprintln!("could not remove {image}: {e}");
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+/// The tags in `repo` of images built for the layer key `key` (tags are `KEY-CONTENTHASH`).
+async fn tags_of_key(sb: &DockerSandbox, repo: &str, key: &str) -> Vec<String> {
+    let filters = HashMap::from([("reference".to_string(), vec![format!("{repo}:{key}-*")])]);
+    let options = bollard::query_parameters::ListImagesOptionsBuilder::new()
+        .filters(&filters)
+        .build();
+    let images = sb.engine().list_images(Some(options)).await.unwrap();
+    images.into_iter().flat_map(|i| i.repo_tags).collect()
+}
+
+/// How many times the engine tagged `image` between two instants (one per build).
+async fn tag_events(sb: &DockerSandbox, image: &str, since: f64, until: f64) -> usize {
+    let filters = HashMap::from([
+        ("type".to_string(), vec!["image".to_string()]),
+        ("event".to_string(), vec!["tag".to_string()]),
+    ]);
+    let options = EventsOptionsBuilder::new()
+        .since(&format!("{since:.3}"))
+        .until(&format!("{until:.3}"))
+        .filters(&filters)
+        .build();
+    let events: Vec<_> = sb.engine().events(Some(options)).collect().await;
+    events
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.actor
+                .as_ref()
+                .and_then(|a| a.attributes.as_ref())
+                .and_then(|a| a.get("name"))
+                .map(String::as_str)
+                == Some(image)
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_builds_each_layer_once_and_exec_runs_the_tests() {
+    let Some((sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let nonce = format!("{}-{}", std::process::id(), unix_now());
+    let (mirror, commit) = make_mirror(root.path(), Some(&nonce));
+    let python = sb.base_python().await.unwrap();
+    let r = recipe(mirror, commit.clone(), python);
+
+    let since = unix_now() - 1.0;
+    let started = Instant::now();
+    let (a, b) = tokio::join!(sb.prepare(&r), sb.prepare(&r));
+    let first = started.elapsed();
+    let (a, b) = (a.expect("prepare"), b.expect("prepare"));
+    let Prepared::Image(instance_tag) = a.clone() else {
+        panic!("{a:?}")
+    };
+    assert!(
+        instance_tag.starts_with(&format!("reprobench/instance:{}-", r.instance_key())),
+        "{instance_tag}"
+    );
+    assert_eq!(a, b, "concurrent prepares agree");
+    let until = unix_now() + 1.0;
+    assert_eq!(
+        tag_events(&sb, &instance_tag, since, until).await,
+        1,
+        "the instance layer is built once"
+    );
+
+    let since = unix_now() - 1.0;
+    let started = Instant::now();
+    assert_eq!(sb.prepare(&r).await.unwrap(), a);
+    let again = started.elapsed();
+    assert_eq!(
+        tag_events(&sb, &instance_tag, since, unix_now() + 1.0).await,
+        0,
+        "a second prepare reuses the image"
+    );
+    let image = sb.engine().inspect_image(&instance_tag).await.unwrap();
+    let labels = image.config.unwrap().labels.unwrap();
+    assert_eq!(labels[LAYER_LABEL], "instance");
+    eprintln!(
+        "first prepare {first:?}, second {again:?}, image {} MB",
+        image.size.unwrap_or(0) >> 20
+    );
+
+    let out = sb
+        .exec(&a, request(&["python3", "-m", "unittest", "-v"]))
+        .await
+        .unwrap();
+    assert_ran(&out, 0);
+    assert!(
+        out.output.contains("test_add") && out.output.contains("OK"),
+        "{}",
+        out.output
+    );
+    assert!(
+        out.command_time > Duration::ZERO && out.overhead > Duration::ZERO,
+        "{out:?}"
+    );
+    eprintln!(
+        "unittest: command {:?}, overhead {:?}",
+        out.command_time, out.overhead
+    );
+
+    // In /work, a git repository at the base commit, with the pre_install and ignored files.
+    let out = sb
+        .exec(&a, sh("pwd; git status --porcelain; cat PRE_INSTALLED keep.log; git log --format=%s; which python3"))
+        .await
+        .unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(
+        out.output,
+        "/work\n?? PRE_INSTALLED\npre\ntracked\nreprobench: base commit\n/opt/venv/bin/python3\n"
+    );
+
+    // A prediction's patch applies with git, and a failing test gives its exit code.
+    let patch = "--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return a - b\n";
+    let mut req = sh("git apply fix.patch && python3 -m unittest 2>&1");
+    req.files.push(InputFile {
+        path: "fix.patch".into(),
+        contents: patch.into(),
+        mode: 0o644,
+    });
+    let out = sb.exec(&a, req).await.unwrap();
+    assert_ran(&out, 1);
+    assert!(out.output.contains("FAILED (failures=1)"), "{}", out.output);
+
+    remove_image(&sb, &instance_tag).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cached_images_have_own_sizes_parents_and_last_use() {
+    let Some((sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let prepared = shared(&sb).await;
+    let Prepared::Image(instance) = &prepared else {
+        unreachable!()
+    };
+    let images = sb.cached_images().await.unwrap();
+    let inst = images
+        .iter()
+        .find(|i| &i.tag == instance)
+        .expect("the instance is listed");
+    assert_eq!(inst.kind, LayerKind::Instance);
+    let env_tag = inst.parent.clone().expect("instances name their env");
+    let env = images
+        .iter()
+        .find(|i| i.tag == env_tag)
+        .expect("its env is listed");
+    assert_eq!(env.kind, LayerKind::Env);
+    let full = sb
+        .engine()
+        .inspect_image(instance)
+        .await
+        .unwrap()
+        .size
+        .unwrap() as u64;
+    // Own sizes exclude the layers below: the tiny repository adds far less than the image.
+    assert!(
+        inst.own_bytes < full / 2 && env.own_bytes < full,
+        "{inst:?} {env:?} of {full}"
+    );
+    assert!(inst.last_use > 0 && env.last_use > 0);
+    assert!(
+        !images.iter().any(|i| i.tag.contains("python-base")),
+        "the base image is never listed"
+    );
+    // Pinned while an exec runs, so even a zero budget keeps it and its env.
+    let watch = async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let images = sb.cached_images().await.unwrap();
+            if images.iter().any(|i| &i.tag == instance && i.in_use) {
+                return plan_eviction(&images, 0);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the instance was never seen in use"
+            );
+        }
+    };
+    let (planned, out) = tokio::join!(watch, sb.exec(&prepared, request(&["sleep", "5"])));
+    assert_ran(&out.unwrap(), 0);
+    assert!(
+        !planned.contains(instance) && !planned.contains(&env_tag),
+        "{planned:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_files_land_in_the_work_dir_and_escapes_are_refused() {
+    let Some((sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let prepared = shared(&sb).await;
+
+    let mut req = request(&["./run.sh"]);
+    req.files = vec![
+        InputFile {
+            path: "run.sh".into(),
+            contents:
+                b"#!/bin/sh\ncat tests/test_new.py; echo \"$GREETING\"; ls -l run.sh | cut -c1-10\n"
+                    .to_vec(),
+            mode: 0o755,
+        },
+        InputFile {
+            path: "tests/test_new.py".into(),
+            contents: b"# new test\n".to_vec(),
+            mode: 0o644,
+        },
+    ];
+    req.env = vec![("GREETING".into(), "hello there".into())];
+    let out = sb.exec(&prepared, req).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(out.output, "# new test\nhello there\n-rwxr-xr-x\n");
+
+    for bad in ["../escape.py", "tests/../../escape.py", "/etc/passwd"] {
+        let mut req = request(&["true"]);
+        req.files.push(InputFile {
+            path: bad.into(),
+            contents: b"x".to_vec(),
+            mode: 0o644,
+        });
+        let err = sb.exec(&prepared, req).await.unwrap_err();
+        assert!(matches!(err, SandboxError::BadInput(_)), "{bad}: {err:?}");
+    }
+
+    // Output past the cap keeps its head and its tail, and says what was left out between.
+    let mut req = request(&["python3", "-c", "print('x' * 100000); print('the end')"]);
+    req.limits.max_output_bytes = 1000;
+    let out = sb.exec(&prepared, req).await.unwrap();
+    assert_ran(&out, 0);
+    assert!(out.output_truncated);
+    assert!(out.output.starts_with(&"x".repeat(500)), "{}", out.output);
+    assert!(out.output.ends_with("\nthe end\n"), "{}", out.output);
+    assert!(
+        out.output.contains(" bytes of output left out here") && out.output.len() < 1200,
+        "{} bytes: {}",
+        out.output.len(),
+        out.output
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_is_off() {
+    let Some((sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let prepared = shared(&sb).await;
+    let script = "
+import socket
+blocked = 0
+for addr in [('1.1.1.1', 80), ('151.101.0.223', 443), ('127.0.0.1', 9)]:
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(addr)
+        print('connected', addr)
+    except OSError as e:
+        blocked += 1
+        print('blocked', addr, e)
+print(sorted(n for _, n in socket.if_nameindex()))
+raise SystemExit(0 if blocked == 3 else 1)
+";
+    let started = Instant::now();
+    let out = sb
+        .exec(&prepared, request(&["python3", "-c", script]))
+        .await
+        .unwrap();
+    assert_ran(&out, 0);
+    assert!(
+        out.output.contains("['lo']"),
+        "only loopback: {}",
+        out.output
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "connects fail fast: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeout_kills_everything_and_the_container_is_removed() {
+    let Some((sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let shared = shared(&sb).await;
+    let prepared = alias(&sb, &shared, "timeout").await;
+    let Prepared::Image(image) = &prepared else {
+        unreachable!()
+    };
+
+    let mut req = sh("echo started; sleep 1000 & sleep 1000");
+    req.limits.timeout = Duration::from_secs(2);
+    let started = Instant::now();
+    let out = sb.exec(&prepared, req).await.unwrap();
+    let took = started.elapsed();
+    assert!(out.timed_out, "{out:?}");
+    assert_eq!(out.exit_code, None);
+    assert_eq!(out.output, "started\n");
+    assert!(out.command_time >= Duration::from_millis(1500), "{out:?}");
+    assert!(
+        took < Duration::from_secs(30),
+        "the exec returns soon after the timeout: {took:?}"
+    );
+    assert_eq!(
+        our_containers(&sb, image).await,
+        Vec::<String>::new(),
+        "the container is gone"
+    );
+
+    // A finished exec leaves nothing either.
+    let out = sb.exec(&prepared, request(&["true"])).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(our_containers(&sb, image).await, Vec::<String>::new());
+    remove_image(&sb, image).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_memory_and_processes_are_limited() {
+    let Some((sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let prepared = shared(&sb).await;
+
+    // Writes beyond the tmpfs size fail inside; the root filesystem and the repository are read-only.
+    let mut req = sh(
+        "dd if=/dev/zero of=/work/big bs=1M count=100 2>&1 | grep -o 'No space left on device'; \
+         dd if=/dev/zero of=/tmp/big bs=1M count=100 2>&1 | grep -o 'No space left on device'; \
+         touch /testbed/x /usr/x 2>&1 | grep -c 'Read-only file system'; df -m /work | tail -1 | tr -s ' ' | cut -d' ' -f2",
+    );
+    req.limits.disk_mb = 32;
+    let out = sb.exec(&prepared, req).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(
+        out.output,
+        "No space left on device\nNo space left on device\n2\n32\n"
+    );
+
+    // Input files that do not fit: the command never runs, and the error says what to raise.
+    let mut req = request(&["true"]);
+    req.files.push(InputFile {
+        path: "big.bin".into(),
+        contents: vec![7; 3 << 20],
+        mode: 0o644,
+    });
+    req.limits.disk_mb = 2;
+    let err = sb.exec(&prepared, req).await.unwrap_err();
+    assert!(
+        matches!(&err, SandboxError::BadInput(m) if m.contains("disk_mb")),
+        "{err:?}"
+    );
+
+    // Memory beyond the limit kills the command (the kernel's OOM killer: SIGKILL, 137).
+    let mut req = request(&[
+        "python3",
+        "-c",
+        "x = bytearray(1 << 30); print('allocated')",
+    ]);
+    req.limits.memory_mb = 128;
+    let out = sb.exec(&prepared, req).await.unwrap();
+    assert_ran(&out, 137);
+
+    // A fork loop stops at the pids limit.
+    let script = "
+import os, time
+n = 0
+try:
+    while True:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print('fork failed after', n, e.strerror)
+";
+    let mut req = request(&["python3", "-c", script]);
+    req.limits.pids = 32;
+    let out = sb.exec(&prepared, req).await.unwrap();
+    assert_ran(&out, 0);
+    let n: usize = out
+        .output
+        .split_whitespace()
+        .nth(3)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        out.output.starts_with("fork failed after") && n < 32,
+        "{}",
+        out.output
+    );
+
+    // A shell fork bomb: contained, and the exec returns at the timeout.
+    let mut req = request(&["bash", "-c", ":(){ :|:& };:; wait"]);
+    req.limits.pids = 64;
+    req.limits.timeout = Duration::from_secs(5);
+    let started = Instant::now();
+    let out = sb.exec(&prepared, req).await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(out.timed_out || out.exit_code.is_some(), "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_recipes_are_bad_input() {
+    let Some((sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let (mirror, commit) = make_mirror(root.path(), None);
+    let python = sb.base_python().await.unwrap();
+
+    let missing = "0123456789abcdef0123456789abcdef01234567";
+    let r = recipe(mirror.clone(), missing.into(), python.clone());
+    let err = sb.prepare(&r).await.unwrap_err();
+    let SandboxError::BadInput(msg) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        msg.contains(missing)
+            && msg.contains("o/calc")
+            && msg.contains(&mirror.display().to_string()),
+        "{msg}"
+    );
+    assert!(msg.contains("reprobench datasets prepare"), "{msg}");
+
+    // (Another install command, so no existing instance image makes the mirror unnecessary.)
+    let mut r = recipe(
+        root.path().join("nowhere.git"),
+        commit.clone(),
+        python.clone(),
+    );
+    r.install = "true".into();
+    assert!(matches!(
+        sb.prepare(&r).await,
+        Err(SandboxError::BadInput(_))
+    ));
+
+    let r = recipe(mirror.clone(), commit.clone(), "2.7".into());
+    let err = sb.prepare(&r).await.unwrap_err();
+    let SandboxError::BadInput(msg) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(msg.contains("2.7") && msg.contains(&python), "{msg}");
+
+    let mut r = recipe(mirror, commit, python);
+    r.install = "echo installing; echo 'boom: setup.py is broken' >&2; exit 3".into();
+    let err = sb.prepare(&r).await.unwrap_err();
+    let SandboxError::BadInput(msg) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        msg.contains("install") && msg.contains("boom: setup.py is broken"),
+        "{msg}"
+    );
+    assert_eq!(
+        tags_of_key(&sb, "reprobench/instance", &r.instance_key()).await,
+        Vec::<String>::new(),
+        "a failed install leaves no image"
+    );
+}
+
+/// Installs a real package from PyPI into an env layer (needs the network): run with
+/// `-- --ignored pypi`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "downloads from PyPI"]
+async fn packages_install_from_pypi() {
+    let Some((sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let root = tempfile::tempdir().unwrap();
+    let (mirror, commit) = make_mirror(root.path(), None);
+    let python = sb.base_python().await.unwrap();
+    let mut r = recipe(mirror, commit, python);
+    r.packages = vec!["six==1.16.0".into()];
+    let started = Instant::now();
+    let prepared = sb.prepare(&r).await.expect("prepare with a package");
+    eprintln!("prepare with six: {:?}", started.elapsed());
+    let out = sb
+        .exec(
+            &prepared,
+            request(&["python3", "-c", "import six; print(six.__version__)"]),
+        )
+        .await
+        .unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(out.output, "1.16.0\n");
+    let Prepared::Image(instance) = &prepared else {
+        unreachable!()
+    };
+    remove_image(&sb, instance).await;
+    for tag in tags_of_key(&sb, "reprobench/env", &r.env_key()).await {
+        remove_image(&sb, &tag).await;
+    }
+
+    // A version that does not exist is the recipe's fault.
+    r.packages = vec!["six==0.0.0.1".into()];
+    let err = sb.prepare(&r).await.unwrap_err();
+    let SandboxError::BadInput(msg) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(
+        msg.contains("pip install of the recipe's packages") && msg.contains("six==0.0.0.1"),
+        "{msg}"
+    );
+}
+
+/// Makes the base image (root, debootstrap, about a minute): run with `-- --ignored bootstrap`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "makes the base image: needs root and debootstrap, takes about a minute"]
+async fn bootstrap() {
+    let tag = bootstrap_base_image(&BootstrapOptions::default())
+        .await
+        .expect("bootstrap");
+    assert_eq!(tag, DEFAULT_BASE_IMAGE);
+    let (sb, _cache) = sandbox().await.expect("the base image exists now");
+    let python = sb.base_python().await.unwrap();
+    eprintln!("{tag}: Python {python}");
+}

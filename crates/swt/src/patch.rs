@@ -1,0 +1,378 @@
+//! Unified diffs as test patches: which files they touch, whether they are usable, and the test
+//! directives they imply. Pure.
+
+/// Largest patch accepted (SWT-bench predictions are small; 10 MB is a runaway generation).
+pub const MAX_PATCH_BYTES: usize = 10 << 20;
+
+/// One file a diff touches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiffFile {
+    /// Path before (None for a new file).
+    pub old: Option<String>,
+    /// Path after (None for a deletion).
+    pub new: Option<String>,
+    /// The diff carries binary content for it.
+    pub binary: bool,
+}
+
+/// Why a patch cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PatchProblem {
+    /// Nothing but whitespace (or no patch at all).
+    Empty,
+    /// Larger than [`MAX_PATCH_BYTES`].
+    TooLarge(usize),
+    /// Binary content.
+    Binary(String),
+    /// A path outside the repository.
+    OutsideRepo(String),
+    /// No file headers found.
+    NotADiff,
+}
+
+impl PatchProblem {
+    /// Short machine-readable class for `error_class`/verdicts.
+    pub fn class(&self) -> &'static str {
+        match self {
+            PatchProblem::Empty => "empty_patch",
+            PatchProblem::TooLarge(_) => "patch_too_large",
+            PatchProblem::Binary(_) => "binary_patch",
+            PatchProblem::OutsideRepo(_) => "patch_outside_repo",
+            PatchProblem::NotADiff => "not_a_diff",
+        }
+    }
+
+    /// What is wrong and what to do, for a prediction of `instance`.
+    pub fn message(&self, instance: &str) -> String {
+        match self {
+            PatchProblem::Empty => {
+                format!("the prediction for {instance} is empty; the system produced no test")
+            }
+            PatchProblem::TooLarge(n) => format!(
+                "the prediction for {instance} is {n} bytes, over the {MAX_PATCH_BYTES}-byte limit; a reproduction test patch should be small"
+            ),
+            PatchProblem::Binary(p) => format!(
+                "the prediction for {instance} carries binary content ({p}); test patches must be text diffs"
+            ),
+            PatchProblem::OutsideRepo(p) => format!(
+                "the prediction for {instance} touches `{p}`, outside the repository; paths must be relative (a/..., b/...) without `..`"
+            ),
+            PatchProblem::NotADiff => format!(
+                "the prediction for {instance} is not a unified diff (no `diff --git`/`---`/`+++` headers); give model_patch as a git diff"
+            ),
+        }
+    }
+}
+
+fn strip_prefix(path: &str) -> Option<String> {
+    let path = path.trim();
+    let path = path.split('\t').next().unwrap_or(path);
+    if path == "/dev/null" {
+        return None;
+    }
+    let p = path
+        .strip_prefix("a/")
+        .or_else(|| path.strip_prefix("b/"))
+        .unwrap_or(path);
+    Some(p.trim_matches('"').to_string())
+}
+
+/// Files a diff touches, in order of appearance.
+pub fn diff_files(patch: &str) -> Vec<DiffFile> {
+    let mut files: Vec<DiffFile> = Vec::new();
+    let mut current: Option<DiffFile> = None;
+    for line in patch.lines() {
+        if let Some(rest) = line.strip_prefix("diff --git ") {
+            files.extend(current.take());
+            // `a/x b/x`: split at " b/" (paths with spaces are rare in test patches).
+            let (a, b) = rest.split_once(" b/").map_or((rest, rest), |(a, b)| (a, b));
+            current = Some(DiffFile {
+                old: strip_prefix(a),
+                new: strip_prefix(&format!("b/{b}")),
+                binary: false,
+            });
+        } else if let Some(rest) = line.strip_prefix("--- ") {
+            let f = current.get_or_insert(DiffFile {
+                old: None,
+                new: None,
+                binary: false,
+            });
+            f.old = strip_prefix(rest);
+        } else if let Some(rest) = line.strip_prefix("+++ ") {
+            if let Some(f) = current.as_mut() {
+                f.new = strip_prefix(rest);
+            } else {
+                current = Some(DiffFile {
+                    old: None,
+                    new: strip_prefix(rest),
+                    binary: false,
+                });
+            }
+        } else if line.starts_with("new file mode") {
+            if let Some(f) = current.as_mut() {
+                f.old = None;
+            }
+        } else if line.starts_with("deleted file mode") {
+            if let Some(f) = current.as_mut() {
+                f.new = None;
+            }
+        } else if (line.starts_with("GIT binary patch")
+            || (line.starts_with("Binary files ") && line.ends_with(" differ")))
+            && let Some(f) = current.as_mut()
+        {
+            f.binary = true;
+        }
+    }
+    files.extend(current);
+    files
+}
+
+fn escapes(path: &str) -> bool {
+    let p = std::path::Path::new(path);
+    p.is_absolute()
+        || p.components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+}
+
+/// Checks a prediction's patch before any sandbox is spent on it.
+pub fn validate(patch: Option<&str>) -> Result<Vec<DiffFile>, PatchProblem> {
+    let patch = patch.unwrap_or("");
+    if patch.trim().is_empty() {
+        return Err(PatchProblem::Empty);
+    }
+    if patch.len() > MAX_PATCH_BYTES {
+        return Err(PatchProblem::TooLarge(patch.len()));
+    }
+    if patch.contains('\0') {
+        return Err(PatchProblem::Binary("NUL bytes".into()));
+    }
+    let files = diff_files(patch);
+    if files.is_empty() {
+        return Err(PatchProblem::NotADiff);
+    }
+    for f in &files {
+        for p in f.old.iter().chain(f.new.iter()) {
+            if escapes(p) {
+                return Err(PatchProblem::OutsideRepo(p.clone()));
+            }
+        }
+        if f.binary {
+            return Err(PatchProblem::Binary(
+                f.new.clone().or(f.old.clone()).unwrap_or_default(),
+            ));
+        }
+    }
+    Ok(files)
+}
+
+/// Test directives for the runner: the Python files the test patch leaves in place, as paths
+/// (`tests/test_x.py`) or dotted modules (`tests.test_x`).
+/// A prediction's patch as SWT-bench evaluates it (`remove_binary_diffs`): Python's line breaks
+/// become `\n`, the diffs of files with `Binary files` in them are left out, and it ends with a
+/// newline (so an empty prediction becomes `"\n"`).
+pub fn swt_bench_model_patch(patch: &str) -> String {
+    let lines = crate::grading::pytext::splitlines(patch);
+    let mut kept: Vec<String> = Vec::new();
+    let mut current: Vec<&str> = Vec::new();
+    let mut skip = false;
+    for line in lines.iter().copied().chain(std::iter::once("diff --git")) {
+        if line.starts_with("diff --git") {
+            if !current.is_empty() && !skip {
+                kept.push(current.join("\n"));
+            }
+            current.clear();
+            skip = false;
+        }
+        if line.contains("Binary files") {
+            skip = true;
+        }
+        current.push(line);
+    }
+    kept.join("\n") + "\n"
+}
+
+/// Endings SWT-bench drops from test directives (its `NON_TEST_EXTS`; `csv` has no dot there).
+const NON_TEST_ENDINGS: [&str; 11] = [
+    ".json", ".png", "csv", ".txt", ".md", ".jpg", ".jpeg", ".pkl", ".yml", ".yaml", ".toml",
+];
+
+/// SWT-bench's test directives of a patch (`get_test_directives`): the `b/` path of every
+/// `diff --git` header, in order, data files left out; django's as dotted modules without
+/// `tests/`.
+pub fn swt_bench_directives(patch: &str, repo: &str) -> Vec<String> {
+    patch
+        .split('\n')
+        .filter_map(|line| {
+            let rest = line.strip_prefix("diff --git a/")?;
+            let (_, b) = rest.rsplit_once(" b/")?;
+            Some(b.to_string())
+        })
+        .filter(|d| !NON_TEST_ENDINGS.iter().any(|e| d.ends_with(e)))
+        .map(|d| {
+            if repo == "django/django" {
+                let d = d.strip_suffix(".py").unwrap_or(&d);
+                let d = d.strip_prefix("tests/").unwrap_or(d);
+                d.replace('/', ".")
+            } else {
+                d
+            }
+        })
+        .collect()
+}
+
+/// Test directives of a patch's files in a named style (`paths`, `modules`, `swt-bench`, the
+/// last as [`swt_bench_directives`] for files already parsed).
+pub fn test_directives(files: &[DiffFile], style: &str) -> Vec<String> {
+    if style == reprobench_domain::swt_bench::SWT_BENCH_DIRECTIVES {
+        return files
+            .iter()
+            .filter_map(|f| f.new.as_ref().or(f.old.as_ref()))
+            .filter(|d| !NON_TEST_ENDINGS.iter().any(|e| d.ends_with(e)))
+            .cloned()
+            .collect();
+    }
+    let mut out: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.new.as_ref())
+        .filter(|p| p.ends_with(".py"))
+        .map(|p| {
+            if style == "modules" {
+                p.trim_end_matches(".py").replace('/', ".")
+            } else {
+                p.clone()
+            }
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+/// A git-style diff that adds one new text file (applies with `git apply`; a missing final
+/// newline is marked as git marks it).
+pub fn new_file_diff(path: &str, contents: &str) -> String {
+    let mut patch = format!(
+        "diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+    );
+    if contents.is_empty() {
+        return patch;
+    }
+    let ends_with_newline = contents.ends_with('\n');
+    let body = contents.strip_suffix('\n').unwrap_or(contents);
+    let lines: Vec<&str> = body.split('\n').collect();
+    if lines.len() == 1 {
+        patch.push_str("@@ -0,0 +1 @@\n");
+    } else {
+        patch.push_str(&format!("@@ -0,0 +1,{} @@\n", lines.len()));
+    }
+    for line in &lines {
+        patch.push('+');
+        patch.push_str(line);
+        patch.push('\n');
+    }
+    if !ends_with_newline {
+        patch.push_str("\\ No newline at end of file\n");
+    }
+    patch
+}
+
+#[cfg(test)]
+mod directive_tests {
+    use super::{swt_bench_directives, swt_bench_model_patch};
+
+    #[test]
+    fn model_patches_are_normalised_as_swt_bench_does() {
+        assert_eq!(swt_bench_model_patch(""), "\n");
+        assert_eq!(
+            swt_bench_model_patch("diff --git a/t.py b/t.py\r\n+x"),
+            "diff --git a/t.py b/t.py\n+x\n"
+        );
+        let with_binary =
+            "diff --git a/a.png b/a.png\nBinary files differ\ndiff --git a/t.py b/t.py\n+y\n";
+        assert_eq!(
+            swt_bench_model_patch(with_binary),
+            "diff --git a/t.py b/t.py\n+y\n"
+        );
+    }
+
+    #[test]
+    fn swt_bench_directives_are_its_headers_without_data_files() {
+        let patch = "diff --git a/tests/test_a.py b/tests/test_a.py\n--- a/x\n+++ b/x\n\
+                     diff --git a/tests/data.json b/tests/data.json\n\
+                     diff --git a/old name.py b/new b/name.py\n\
+                     diff --git a/t.csv b/t.csv\n";
+        assert_eq!(
+            swt_bench_directives(patch, "psf/requests"),
+            vec!["tests/test_a.py", "name.py"]
+        );
+        let django = "diff --git a/tests/admin_views/tests.py b/tests/admin_views/tests.py\n";
+        assert_eq!(
+            swt_bench_directives(django, "django/django"),
+            vec!["admin_views.tests"]
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODIFY: &str = "diff --git a/tests/test_a.py b/tests/test_a.py\nindex 1..2 100644\n--- a/tests/test_a.py\n+++ b/tests/test_a.py\n@@ -1 +1,2 @@\n x\n+y\n";
+
+    #[test]
+    fn reads_files_of_modifications_additions_and_deletions() {
+        let added = new_file_diff("tests/test_new.py", "def test_x():\n    assert 1\n");
+        let deleted = "diff --git a/old.py b/old.py\ndeleted file mode 100644\n--- a/old.py\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n";
+        let files = diff_files(&format!("{MODIFY}{added}{deleted}"));
+        assert_eq!(files.len(), 3);
+        assert_eq!(files[0].new.as_deref(), Some("tests/test_a.py"));
+        assert_eq!(
+            (files[1].old.as_deref(), files[1].new.as_deref()),
+            (None, Some("tests/test_new.py"))
+        );
+        assert_eq!(
+            (files[2].old.as_deref(), files[2].new.as_deref()),
+            (Some("old.py"), None)
+        );
+        assert_eq!(
+            test_directives(&files, "paths"),
+            vec!["tests/test_a.py", "tests/test_new.py"]
+        );
+        assert_eq!(
+            test_directives(&files, "modules"),
+            vec!["tests.test_a", "tests.test_new"]
+        );
+    }
+
+    #[test]
+    fn refuses_unusable_patches() {
+        assert_eq!(validate(None), Err(PatchProblem::Empty));
+        assert_eq!(validate(Some("  \n\t")), Err(PatchProblem::Empty));
+        assert_eq!(
+            validate(Some("just some text\n")),
+            Err(PatchProblem::NotADiff)
+        );
+        let big = format!("{MODIFY}{}", "+x\n".repeat(MAX_PATCH_BYTES / 3 + 1));
+        assert!(matches!(
+            validate(Some(&big)),
+            Err(PatchProblem::TooLarge(_))
+        ));
+        let escape = MODIFY.replace("tests/test_a.py", "../outside.py");
+        assert_eq!(
+            validate(Some(&escape)),
+            Err(PatchProblem::OutsideRepo("../outside.py".into()))
+        );
+        let absolute = "--- /etc/passwd\n+++ /etc/passwd\n@@ -1 +1 @@\n-a\n+b\n";
+        assert!(matches!(
+            validate(Some(absolute)),
+            Err(PatchProblem::OutsideRepo(_))
+        ));
+        let binary =
+            "diff --git a/x.bin b/x.bin\nnew file mode 100644\nGIT binary patch\nliteral 3\nabc\n";
+        assert!(matches!(
+            validate(Some(binary)),
+            Err(PatchProblem::Binary(_))
+        ));
+        assert!(validate(Some(MODIFY)).is_ok());
+        assert_eq!(PatchProblem::Empty.class(), "empty_patch");
+    }
+}
