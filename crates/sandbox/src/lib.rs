@@ -406,6 +406,12 @@ pub fn check_relative_path(path: &str) -> Result<(), SandboxError> {
     Ok(())
 }
 
+/// Locks a mutex, carrying on with the data if a panicking attempt poisoned it: one attempt's
+/// panic must not make every later attempt on the node panic too.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     fn kept(cap: usize, chunks: &[&str]) -> (String, bool) {
@@ -582,10 +588,4 @@ mod tests {
         assert!(check_relative_path("a/../../b").is_err());
         assert!(check_relative_path("").is_err());
     }
-}
-
-/// Locks a mutex, carrying on with the data if a panicking attempt poisoned it: one attempt's
-/// panic must not make every later attempt on the node panic too.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
