@@ -872,7 +872,7 @@ mod panic_tests {
             let panics = call < self.panics;
             let shared = self.shared.clone();
             Box::pin(async move {
-                let mut held = shared.lock().unwrap();
+                let mut held = shared.lock().unwrap_or_else(|e| e.into_inner());
                 held.push(spec.attempt.task_id);
                 if panics {
                     panic!("injected fault in task {}", spec.attempt.task_id);
@@ -1013,7 +1013,7 @@ mod panic_tests {
                     })
                     .collect()
             });
-            self.0.lock().unwrap().push(scope);
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(scope);
         }
     }
 
@@ -1040,7 +1040,7 @@ mod panic_tests {
         let _guard = tracing::subscriber::set_default(subscriber);
         let (mut node, mut events, _out) = node(Arc::new(LoggingExecutor));
         run_one(&mut node, &mut events, 42).await;
-        let scopes = scopes.lock().unwrap().clone();
+        let scopes = scopes.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let inside: Vec<_> = scopes.iter().filter(|s| s.len() == 3).collect();
         assert_eq!(inside.len(), 1, "one event inside an attempt: {scopes:?}");
         let names: Vec<&str> = inside[0].iter().map(|(n, _)| n.as_str()).collect();
@@ -1093,6 +1093,6 @@ mod panic_tests {
         let second = run_one(&mut node, &mut events, 8).await;
         let o = second.outcome.expect("an outcome");
         assert!(o.success, "{o:?}");
-        assert_eq!(*shared.lock().unwrap(), vec![7, 8]);
+        assert_eq!(*shared.lock().unwrap_or_else(|e| e.into_inner()), vec![7, 8]);
     }
 }
