@@ -1093,6 +1093,9 @@ mod panic_tests {
         let second = run_one(&mut node, &mut events, 8).await;
         let o = second.outcome.expect("an outcome");
         assert!(o.success, "{o:?}");
-        assert_eq!(*shared.lock().unwrap_or_else(|e| e.into_inner()), vec![7, 8]);
+        assert_eq!(
+            *shared.lock().unwrap_or_else(|e| e.into_inner()),
+            vec![7, 8]
+        );
     }
 }
