@@ -24,14 +24,15 @@ pub enum CheckoutError {
     )]
     NoMirror { mirror: PathBuf },
     /// The directory to check out under could not be made or written.
-    #[error("{}: {source}", .parent.display())]
+    // The io error is in the message, not `source()`, so `{:#}` does not print it twice.
+    #[error("{}: {error}", .parent.display())]
     Scratch {
         parent: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The blocking checkout task panicked or was cancelled.
     #[error("checkout task: {0}")]
-    Task(#[source] tokio::task::JoinError),
+    Task(tokio::task::JoinError),
     /// Writing the commit's tree failed.
     #[error("{0}")]
     Tree(String),
@@ -49,9 +50,9 @@ pub async fn checkout(
             mirror: mirror.to_path_buf(),
         });
     }
-    let scratch = |source: std::io::Error| CheckoutError::Scratch {
+    let scratch = |error: std::io::Error| CheckoutError::Scratch {
         parent: parent.to_path_buf(),
-        source,
+        error,
     };
     std::fs::create_dir_all(parent).map_err(scratch)?;
     let dir = tempfile::Builder::new()
