@@ -887,8 +887,7 @@ fn tables_command(a: TablesArgs) -> Result<()> {
     } else {
         frame::load(&a.results)?
     };
-    reprobench_analysis::check_rules(df.column("rules")?.str()?.iter(), a.mixed_rules)
-        .map_err(anyhow::Error::msg)?;
+    reprobench_analysis::check_rules(df.column("rules")?.str()?.iter(), a.mixed_rules)?;
     let opts = tables::TableOptions {
         reference: a.reference,
         published,
@@ -905,8 +904,7 @@ fn compare_command(a: CompareArgs) -> Result<std::process::ExitCode> {
     reprobench_analysis::check_rules(
         new.iter().chain(&old).map(|r| r.rules.as_deref()),
         a.mixed_rules,
-    )
-    .map_err(anyhow::Error::msg)?;
+    )?;
     let c = regression::compare(&new, &old, a.max_drop);
     print!("{}", regression::render_comparison(&c));
     if c.paired == 0 {

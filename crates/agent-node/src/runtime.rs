@@ -756,7 +756,7 @@ async fn run_catching_panics(
                 Ok(payload) => panic_text(payload.as_ref()),
                 Err(e) => e.to_string(),
             };
-            tracing::error!(task = attempt.task_id, epoch = attempt.epoch, kind, panic = %what, "the executor panicked; the attempt ends as an infrastructure failure");
+            tracing::error!(task = attempt.task_id, epoch = attempt.epoch, %kind, panic = %what, "the executor panicked; the attempt ends as an infrastructure failure");
             reprobench_executor::error_end(
                 FailureClass::Infra,
                 "executor_panic",
@@ -843,7 +843,7 @@ mod emulator_slot_tests {
         e.emulators = 0;
         swt.emulator = Some(e);
         let execs = build_executors(&cfg(swt)).await.unwrap();
-        assert_eq!(execs["emulator"].kind(), "emulator");
+        assert_eq!(execs["emulator"].kind(), ExecutorKind::Emulator);
     }
 }
 
@@ -864,8 +864,8 @@ mod panic_tests {
     }
 
     impl Executor for PanickingExecutor {
-        fn kind(&self) -> &'static str {
-            "synthetic"
+        fn kind(&self) -> ExecutorKind {
+            ExecutorKind::Synthetic
         }
         fn run(&self, spec: AttemptSpec, _ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
             let call = self.calls.fetch_add(1, Ordering::SeqCst);
@@ -1021,8 +1021,8 @@ mod panic_tests {
     struct LoggingExecutor;
 
     impl Executor for LoggingExecutor {
-        fn kind(&self) -> &'static str {
-            "synthetic"
+        fn kind(&self) -> ExecutorKind {
+            ExecutorKind::Synthetic
         }
         fn run(&self, _spec: AttemptSpec, _ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
             Box::pin(async move {

@@ -7,6 +7,7 @@
 //! (`reprobench grade DIR`).
 
 use reprobench_agents::run::{self as agent_run, AgentProduct, AgentSetup};
+use reprobench_domain::registry::ExecutorKind;
 use reprobench_domain::swt::{SwtAgent, SwtPayload, mirror_name};
 use reprobench_domain::time::now_ms;
 use reprobench_executor::{
@@ -836,7 +837,7 @@ fn charge(o: &mut Outcome, p: &AgentProduct) {
 }
 
 impl Executor for SwtExecutor {
-    fn kind(&self) -> &'static str {
+    fn kind(&self) -> ExecutorKind {
         self.sandbox.kind()
     }
 

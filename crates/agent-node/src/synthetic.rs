@@ -1,6 +1,7 @@
 //! The `synthetic` executor: sleeps for the task's seeded duration and succeeds with its seeded
 //! probability. It runs no agent and no model; it exists to exercise and benchmark the cluster.
 
+use reprobench_domain::registry::ExecutorKind;
 use reprobench_domain::synthetic::SyntheticPayload;
 use reprobench_domain::time::now_ms;
 use reprobench_executor::{
@@ -19,8 +20,8 @@ pub const VERDICT_FAIL: &str = "synthetic-fail";
 pub struct SyntheticExecutor;
 
 impl Executor for SyntheticExecutor {
-    fn kind(&self) -> &'static str {
-        "synthetic"
+    fn kind(&self) -> ExecutorKind {
+        ExecutorKind::Synthetic
     }
 
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd> {

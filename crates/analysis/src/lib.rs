@@ -22,15 +22,25 @@ use std::collections::{BTreeMap, BTreeSet};
 pub fn check_rules<'a>(
     versions: impl IntoIterator<Item = Option<&'a str>>,
     mixed_allowed: bool,
-) -> Result<(), String> {
+) -> Result<(), MixedRules> {
     let seen: BTreeSet<&str> = versions.into_iter().flatten().collect();
     if seen.len() > 1 && !mixed_allowed {
-        return Err(format!(
-            "these results were graded under different rules ({}); their figures are not comparable. Regrade with `reprobench grade --run RUN --rules R`, or pass --mixed-rules to put them side by side anyway",
-            seen.into_iter().collect::<Vec<_>>().join(", ")
-        ));
+        return Err(MixedRules {
+            rules: seen.into_iter().map(str::to_string).collect(),
+        });
     }
     Ok(())
+}
+
+/// Results graded under more than one version of the rules, put together without leave.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "these results were graded under different rules ({}); their figures are not comparable. Regrade with `reprobench grade --run RUN --rules R`, or pass --mixed-rules to put them side by side anyway",
+    .rules.join(", ")
+)]
+pub struct MixedRules {
+    /// The rules versions seen, in order.
+    pub rules: Vec<String>,
 }
 
 /// One line of the summary: a (dataset, agent, variant, backbone) cell.
@@ -184,8 +194,9 @@ mod rules_tests {
             )
             .is_ok()
         );
-        let e =
-            check_rules([Some("swt-bench-2024"), Some("swt-bench-2025-09")], false).unwrap_err();
+        let e = check_rules([Some("swt-bench-2024"), Some("swt-bench-2025-09")], false)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("--mixed-rules") && e.contains("swt-bench-2024"),
             "{e}"

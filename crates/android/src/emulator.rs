@@ -21,6 +21,7 @@ use super::device::{Action, Crash, Device, DeviceError};
 use super::explore::monkey;
 use super::llm_agents;
 use reprobench_domain::android::{AndroidInstance, AndroidPayload, BugType, load_android_dataset};
+use reprobench_domain::registry::ExecutorKind;
 use reprobench_domain::registry::{self, AgentKind, Track};
 use reprobench_domain::time::now_ms;
 use reprobench_executor::{
@@ -794,8 +795,8 @@ async fn attempt(inner: Arc<Inner>, spec: AttemptSpec) -> AttemptEnd {
 }
 
 impl Executor for EmulatorExecutor {
-    fn kind(&self) -> &'static str {
-        "emulator"
+    fn kind(&self) -> ExecutorKind {
+        ExecutorKind::Emulator
     }
 
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd> {

@@ -12,6 +12,7 @@ use super::llm_agents;
 use super::sim::{BugKind, Dataset, SimDevice, SimLatency, replay};
 use reprobench_domain::android::AndroidPayload;
 use reprobench_domain::android::BugType;
+use reprobench_domain::registry::ExecutorKind;
 use reprobench_domain::registry::{self, AgentKind, Track};
 use reprobench_domain::time::now_ms;
 use reprobench_executor::{
@@ -295,8 +296,8 @@ async fn attempt(
 }
 
 impl Executor for SimExecutor {
-    fn kind(&self) -> &'static str {
-        "sim"
+    fn kind(&self) -> ExecutorKind {
+        ExecutorKind::Sim
     }
 
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd> {

@@ -13,8 +13,4 @@ pub mod llm_agents;
 pub mod ltgdroid;
 pub mod sim;
 
-/// Locks a mutex, carrying on with the data if a panicking attempt poisoned it: one attempt's
-/// panic must not make every later attempt on the node panic too.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use reprobench_domain::sync::lock;

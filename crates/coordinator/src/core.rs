@@ -1,48 +1,27 @@
-//! The coordinator's core: one thread that owns the scheduler, the leases and the store.
+//! The coordinator's core: one thread that drives the [`Machine`] and owns the store, the
+//! clock, and the channels to nodes and users.
 //!
 //! Everything that changes state arrives here as a [`Command`]. The core takes a batch of
-//! commands, applies them inside one SQLite transaction, hands out grants, commits, and only
+//! commands, steps the machine with each (then with a tick when one is due, then with a
+//! dispatch), applies every step's writes inside one SQLite transaction, commits, and only
 //! then sends the replies and messages the batch produced. So every acknowledged change is
-//! durable (group commit), and the order of events is the order of this one loop.
+//! durable (group commit), and the order of events is the order of this one loop. What to do
+//! is the machine's decision ([`crate::machine`]); this module only carries it out.
 
-use crate::lifecycle::{self, Attempt, Ending, Event, ResultContext, ResultVerdict, TaskState};
-use crate::scheduler::{NodeIdx, Policy, QueuedTask, Scheduler, TaskId};
-use crate::store::{self, LoadedRun, NewTask, ResultRecord, Store, StoreError, state};
-use crate::sweep;
-use reprobench_domain::sweep::SweepSpec;
+use crate::machine::{Answer, ConnId, Effects, Input, Machine, Now, ToNode, Write};
+use crate::store::{Store, StoreError};
 use reprobench_domain::time::now_ms;
 use reprobench_proto::v1::{
-    AttemptRef, CoordinatorMessage, FailureClass, Grant, Hello, LeaseRenewal, ListRunsResponse,
-    NodeProgress, Outcome, RegisterRequest, RegisterResponse, ResultAck, Revoke, RunProgress,
-    RunSummary, SubmitRunRequest, SubmitRunResponse, coordinator_message, node_message,
+    CoordinatorMessage, Hello, ListRunsResponse, RegisterRequest, RegisterResponse, RunProgress,
+    SubmitRunRequest, SubmitRunResponse, coordinator_message, node_message,
 };
-use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
-/// Lease and heartbeat timing, and the placement policy.
-#[derive(Debug, Clone)]
-pub struct CoreConfig {
-    /// A lease lasts this long after its last renewal.
-    pub lease_ms: u64,
-    /// Nodes heartbeat this often.
-    pub heartbeat_ms: u64,
-    /// Placement policy (the benchmark's baseline uses `StaticRoundRobin`).
-    pub policy: Policy,
-}
-
-impl Default for CoreConfig {
-    fn default() -> Self {
-        CoreConfig {
-            lease_ms: 15_000,
-            heartbeat_ms: 3_000,
-            policy: Policy::AffinityStealing,
-        }
-    }
-}
+pub use crate::machine::CoreConfig;
 
 /// Sender of messages to one node's Work stream.
 pub type NodeSender = mpsc::UnboundedSender<Result<CoordinatorMessage, Status>>;
@@ -147,207 +126,171 @@ pub fn spawn(
     Ok((CoreHandle { tx }, join))
 }
 
-struct TaskMem {
-    run: Arc<str>,
-    state: TaskState,
-    epoch: u64,
-    infra_failures: u32,
-    kind: Arc<str>,
-    key: Arc<str>,
-    agent: Arc<str>,
-    node: Option<NodeIdx>,
-    /// The epoch whose result was recorded (for idempotent re-delivery).
-    result_epoch: Option<u64>,
+/// The clock, read by the driver alone.
+fn clock() -> Now {
+    Now {
+        at: Instant::now(),
+        wall_ms: now_ms(),
+    }
 }
 
-struct Lease {
-    node: NodeIdx,
-    epoch: u64,
-    deadline: Instant,
-    /// When the attempt was granted (epoch ms), if this coordinator granted it.
-    granted_ms: Option<i64>,
+/// Who waits for a command's answer, and how to reach them.
+enum Asker {
+    Nobody,
+    Register(oneshot::Sender<Result<RegisterResponse, Status>>),
+    Connect(ConnId, NodeSender),
+    Submit(oneshot::Sender<Result<SubmitRunResponse, Status>>),
+    Cancel(oneshot::Sender<Result<u64, Status>>),
+    List(oneshot::Sender<ListRunsResponse>),
+    Watch(String, WatchSender),
+    Counts(oneshot::Sender<Vec<KindCounts>>),
 }
 
-struct RunMem {
-    summary: RunSummary,
-    sweep_hash: String,
-    max_attempts: u32,
-    watchers: Vec<WatchSender>,
-    node_finished: HashMap<NodeIdx, u64>,
-    dirty: bool,
-    last_publish: Option<Instant>,
-    /// Since this core started: when the first task of the run finished, and how many have.
-    session_start: Option<Instant>,
-    session_done: u64,
-}
-
-struct NodeMem {
-    id: String,
-    slots: Vec<(String, u32)>,
-    conn: Option<(u64, NodeSender)>,
-    last_seen: Instant,
-    draining: bool,
-    credits: HashMap<String, u32>,
-    in_sched: bool,
-}
-
-enum Effect {
+/// Something to send once the batch is committed.
+enum Deferred {
     Node(NodeSender, coordinator_message::Body),
     Reply(Box<dyn FnOnce() + Send>),
 }
 
+fn reply<T: Send + 'static>(tx: oneshot::Sender<T>, value: T) -> Deferred {
+    Deferred::Reply(Box::new(move || {
+        let _ = tx.send(value);
+    }))
+}
+
+/// A command as the machine's input and the one who waits for its answer (none for Shutdown).
+fn split(cmd: Command, now: Now) -> Option<(Input, Asker)> {
+    Some(match cmd {
+        Command::Register { req, reply } => (Input::Register(req), Asker::Register(reply)),
+        Command::Connect {
+            node_id,
+            conn,
+            hello,
+            out,
+        } => (
+            Input::Connect {
+                node_id,
+                conn,
+                hello,
+            },
+            Asker::Connect(conn, out),
+        ),
+        Command::FromNode {
+            node_id,
+            conn,
+            body,
+        } => (
+            Input::FromNode {
+                node_id,
+                conn,
+                body,
+            },
+            Asker::Nobody,
+        ),
+        Command::Disconnect { node_id, conn } => {
+            (Input::Disconnect { node_id, conn }, Asker::Nobody)
+        }
+        Command::Submit { req, reply } => (
+            Input::Submit {
+                req,
+                run_id: new_run_id(now.wall_ms),
+            },
+            Asker::Submit(reply),
+        ),
+        Command::Cancel { run_id, reply } => (Input::Cancel { run_id }, Asker::Cancel(reply)),
+        Command::List { reply } => (Input::List, Asker::List(reply)),
+        Command::Watch { run_id, tx } => (
+            Input::Watch {
+                run_id: run_id.clone(),
+            },
+            Asker::Watch(run_id, tx),
+        ),
+        Command::NodeGone { node_id, reason } => {
+            (Input::NodeGone { node_id, reason }, Asker::Nobody)
+        }
+        Command::Counts { reply } => (Input::Counts, Asker::Counts(reply)),
+        Command::Shutdown => return None,
+    })
+}
+
+/// Applies one of the machine's writes to the store.
+fn apply_write(store: &Store, write: Write) -> Result<(), StoreError> {
+    match write {
+        Write::UpsertNode {
+            node_id,
+            hostname,
+            slots,
+            at_ms,
+        } => store.upsert_node(&node_id, &hostname, &slots, at_ms),
+        Write::InsertRun {
+            run,
+            sweep_toml,
+            attachments_json,
+            ids,
+            tasks,
+        } => store.insert_run(&run, &sweep_toml, &attachments_json, &ids, &tasks),
+        Write::SetRunState {
+            run_id,
+            state,
+            finished_at_ms,
+        } => store.set_run_state(&run_id, state, finished_at_ms),
+        Write::RecordGrant {
+            task,
+            epoch,
+            node_id,
+            at_ms,
+        } => store.record_grant(task, epoch, &node_id, at_ms),
+        Write::EndAttempt {
+            task,
+            epoch,
+            status,
+            reason,
+            at_ms,
+        } => store.end_attempt(task, epoch, status, reason.as_deref(), at_ms),
+        Write::MarkLateResult { task, epoch, at_ms } => store.mark_late_result(task, epoch, at_ms),
+        Write::SetTaskState {
+            task,
+            state,
+            infra_failures,
+        } => store.set_task_state(task, state.as_str(), infra_failures),
+        Write::InsertResult {
+            task,
+            run_id,
+            epoch,
+            record,
+        } => store.insert_result(task, &run_id, epoch, &record),
+    }
+}
+
+/// The driver: the machine, the store it writes, and the open streams.
 struct Core {
-    cfg: CoreConfig,
     store: Store,
-    sched: Scheduler,
-    tasks: HashMap<TaskId, TaskMem>,
-    runs: HashMap<Arc<str>, RunMem>,
-    run_order: Vec<Arc<str>>,
-    nodes: Vec<NodeMem>,
-    node_index: HashMap<String, NodeIdx>,
-    leases: HashMap<TaskId, Lease>,
-    /// Nodes with credit that may find work; a node leaves it when nothing fits it right now.
-    hungry: BTreeSet<NodeIdx>,
-    /// Work was queued since the last dispatch: every node with credit gets to look again.
-    work_added: bool,
-    strings: HashSet<Arc<str>>,
-    effects: Vec<Effect>,
+    machine: Machine,
+    /// The senders of the open Work streams.
+    streams: HashMap<ConnId, NodeSender>,
+    /// The WatchRun streams, by run.
+    watchers: HashMap<String, Vec<WatchSender>>,
+    /// What the batch under way will send after its commit.
+    deferred: Vec<Deferred>,
 }
 
 impl Core {
     fn load(store: Store, cfg: CoreConfig) -> Result<Core, StoreError> {
-        let mut core = Core {
-            sched: Scheduler::new(cfg.policy),
-            cfg,
+        let runs = store.load_runs()?;
+        let durations = store.load_durations()?;
+        let tasks = store.load_tasks(None)?;
+        let machine = Machine::load(cfg, runs, durations, tasks, clock());
+        Ok(Core {
             store,
-            tasks: HashMap::new(),
-            runs: HashMap::new(),
-            run_order: Vec::new(),
-            nodes: Vec::new(),
-            node_index: HashMap::new(),
-            leases: HashMap::new(),
-            hungry: BTreeSet::new(),
-            work_added: false,
-            strings: HashSet::new(),
-            effects: Vec::new(),
-        };
-        for run in core.store.load_runs()? {
-            core.add_run_mem(&run);
-        }
-        for (key, agent, wall_s) in core.store.load_durations()? {
-            core.sched.record_duration(&key, &agent, wall_s);
-        }
-        let grace = Instant::now() + Duration::from_millis(core.cfg.lease_ms);
-        let mut resumed = 0usize;
-        for t in core.store.load_tasks(None)? {
-            let run = core.intern(&t.run_id);
-            let st = TaskState::parse(&t.state);
-            let node = t.node_id.as_deref().map(|n| core.node_idx(n));
-            let mem = TaskMem {
-                run: run.clone(),
-                state: st,
-                epoch: t.epoch,
-                infra_failures: t.infra_failures,
-                kind: core.intern(&t.kind),
-                key: core.intern(&t.affinity_key),
-                agent: core.intern(&t.agent),
-                node,
-                result_epoch: None,
-            };
-            match st {
-                TaskState::Pending => {
-                    core.sched.enqueue(QueuedTask {
-                        id: t.task_id,
-                        kind: &mem.kind,
-                        key: &mem.key,
-                        agent: &mem.agent,
-                    });
-                    resumed += 1;
-                }
-                TaskState::Leased => {
-                    // Leases are not persisted: every lease held at the crash gets a fresh one, so its
-                    // node can reconnect and claim it before it is requeued.
-                    let node = node.expect("a leased task has a node");
-                    core.leases.insert(
-                        t.task_id,
-                        Lease {
-                            node,
-                            epoch: t.epoch,
-                            deadline: grace,
-                            granted_ms: None,
-                        },
-                    );
-                    resumed += 1;
-                }
-                _ => {}
-            }
-            if let Some(r) = core.runs.get_mut(&run) {
-                bump(&mut r.summary, st, 1);
-            }
-            core.tasks.insert(t.task_id, mem);
-        }
-        if resumed > 0 {
-            tracing::info!(tasks = resumed, "resuming unfinished work from the store");
-        }
-        Ok(core)
-    }
-
-    fn intern(&mut self, s: &str) -> Arc<str> {
-        if let Some(a) = self.strings.get(s) {
-            return a.clone();
-        }
-        let a: Arc<str> = Arc::from(s);
-        self.strings.insert(a.clone());
-        a
-    }
-
-    fn node_idx(&mut self, id: &str) -> NodeIdx {
-        if let Some(&i) = self.node_index.get(id) {
-            return i;
-        }
-        let i = self.nodes.len() as NodeIdx;
-        self.nodes.push(NodeMem {
-            id: id.to_string(),
-            slots: Vec::new(),
-            conn: None,
-            last_seen: Instant::now(),
-            draining: false,
-            credits: HashMap::new(),
-            in_sched: false,
-        });
-        self.node_index.insert(id.to_string(), i);
-        i
-    }
-
-    fn add_run_mem(&mut self, run: &LoadedRun) {
-        let id = self.intern(&run.run_id);
-        self.run_order.push(id.clone());
-        self.runs.insert(
-            id,
-            RunMem {
-                summary: RunSummary {
-                    run_id: run.run_id.clone(),
-                    name: run.name.clone(),
-                    state: run.state.clone(),
-                    tasks: run.tasks,
-                    created_at_ms: run.created_at_ms,
-                    finished_at_ms: run.finished_at_ms.unwrap_or(0),
-                    ..Default::default()
-                },
-                sweep_hash: run.sweep_hash.clone(),
-                max_attempts: run.max_attempts,
-                watchers: Vec::new(),
-                node_finished: HashMap::new(),
-                dirty: true,
-                last_publish: None,
-                session_start: None,
-                session_done: 0,
-            },
-        );
+            machine,
+            streams: HashMap::new(),
+            watchers: HashMap::new(),
+            deferred: Vec::new(),
+        })
     }
 
     fn run(mut self, rx: std_mpsc::Receiver<Command>) {
-        let tick = Duration::from_millis((self.cfg.lease_ms / 10).clamp(20, 100));
+        let tick = self.machine.tick_interval();
         let mut next_tick = Instant::now() + tick;
         let mut batch = Vec::new();
         loop {
@@ -364,7 +307,7 @@ impl Core {
                 }
             }
             let shutdown = batch.iter().any(|c| matches!(c, Command::Shutdown));
-            if let Err(e) = self.step(&mut batch, &mut next_tick, tick) {
+            if let Err(e) = self.batch(&mut batch, &mut next_tick, tick) {
                 // A failed write leaves memory ahead of the store: stop, and let a restart resume
                 // from what was committed.
                 tracing::error!(error = %e, "store write failed; the coordinator stops");
@@ -377,7 +320,8 @@ impl Core {
         }
     }
 
-    fn step(
+    /// Steps the machine through a batch, writes and commits, then sends.
+    fn batch(
         &mut self,
         batch: &mut Vec<Command>,
         next_tick: &mut Instant,
@@ -385,998 +329,108 @@ impl Core {
     ) -> Result<(), StoreError> {
         self.store.begin()?;
         for cmd in batch.drain(..) {
-            self.apply(cmd)?;
+            let closed = match &cmd {
+                Command::Disconnect { conn, .. } => Some(*conn),
+                _ => None,
+            };
+            let now = clock();
+            let Some((input, asker)) = split(cmd, now) else {
+                continue;
+            };
+            let fx = self.machine.step(input, now);
+            self.carry_out(fx, asker)?;
+            // What the batch already queued for it still goes out, as to any closed stream.
+            if let Some(conn) = closed {
+                self.streams.remove(&conn);
+            }
         }
-        let now = Instant::now();
-        if now >= *next_tick {
-            self.tick(now)?;
-            *next_tick = now + tick;
+        let now = clock();
+        if now.at >= *next_tick {
+            let fx = self.machine.step(Input::Tick, now);
+            self.carry_out(fx, Asker::Nobody)?;
+            *next_tick = now.at + tick;
         }
-        self.dispatch()?;
+        let fx = self.machine.step(Input::Dispatch, now);
+        self.carry_out(fx, Asker::Nobody)?;
         self.store.commit()?;
-        for effect in self.effects.drain(..) {
-            match effect {
-                Effect::Node(tx, body) => {
+        for deferred in self.deferred.drain(..) {
+            match deferred {
+                Deferred::Node(tx, body) => {
                     let _ = tx.send(Ok(CoordinatorMessage { body: Some(body) }));
                 }
-                Effect::Reply(f) => f(),
+                Deferred::Reply(f) => f(),
             }
         }
-        self.publish(now);
+        self.publish(now.at);
         Ok(())
     }
 
-    fn reply<T: Send + 'static>(&mut self, tx: oneshot::Sender<T>, value: T) {
-        self.effects.push(Effect::Reply(Box::new(move || {
-            let _ = tx.send(value);
-        })));
-    }
-
-    fn send_to_node(&mut self, node: NodeIdx, body: coordinator_message::Body) {
-        if let Some((_, tx)) = &self.nodes[node as usize].conn {
-            self.effects.push(Effect::Node(tx.clone(), body));
+    /// Applies a step's writes now and queues its messages and answer for after the commit.
+    fn carry_out(&mut self, fx: Effects, asker: Asker) -> Result<(), StoreError> {
+        let Effects {
+            writes,
+            messages,
+            answer,
+        } = fx;
+        for write in writes {
+            apply_write(&self.store, write)?;
         }
-    }
-
-    fn apply(&mut self, cmd: Command) -> Result<(), StoreError> {
-        match cmd {
-            Command::Register { req, reply } => self.register(req, reply),
-            Command::Connect {
-                node_id,
-                conn,
-                hello,
-                out,
-            } => self.connect(node_id, conn, hello, out),
-            Command::FromNode {
-                node_id,
-                conn,
-                body,
-            } => self.on_node_message(&node_id, conn, body),
-            Command::Disconnect { node_id, conn } => {
-                if let Some(&n) = self.node_index.get(&node_id)
-                    && self.nodes[n as usize]
-                        .conn
-                        .as_ref()
-                        .is_some_and(|(c, _)| *c == conn)
-                {
-                    tracing::info!(node = %node_id, "node disconnected; its leases run until they expire");
-                    self.nodes[n as usize].conn = None;
-                    self.nodes[n as usize].credits.clear();
-                    self.leave_sched(n);
-                }
-                Ok(())
+        // A stream is open once the machine accepts it, so the messages of its step reach it.
+        match (asker, answer) {
+            (Asker::Nobody, None) => {}
+            (Asker::Register(tx), Some(Answer::Register(v))) => self.deferred.push(reply(tx, v)),
+            (Asker::Connect(conn, out), Some(Answer::Connect(Ok(())))) => {
+                self.streams.insert(conn, out);
             }
-            Command::Submit { req, reply } => {
-                let result = self.submit(req)?;
-                self.reply(reply, result);
-                Ok(())
+            (Asker::Connect(_, out), Some(Answer::Connect(Err(status)))) => {
+                let _ = out.send(Err(status));
             }
-            Command::Cancel { run_id, reply } => {
-                let result = self.cancel(&run_id)?;
-                self.reply(reply, result);
-                Ok(())
+            (Asker::Submit(tx), Some(Answer::Submit(v))) => self.deferred.push(reply(tx, v)),
+            (Asker::Cancel(tx), Some(Answer::Cancel(v))) => self.deferred.push(reply(tx, v)),
+            (Asker::List(tx), Some(Answer::List(v))) => self.deferred.push(reply(tx, v)),
+            (Asker::Counts(tx), Some(Answer::Counts(v))) => self.deferred.push(reply(tx, v)),
+            (Asker::Watch(run_id, tx), Some(Answer::Watch(Ok(())))) => {
+                self.watchers.entry(run_id).or_default().push(tx);
             }
-            Command::List { reply } => {
-                let runs = self
-                    .run_order
-                    .iter()
-                    .map(|r| self.runs[r].summary.clone())
-                    .collect();
-                let live_nodes = self.nodes.iter().filter(|n| n.in_sched).count() as u32;
-                self.reply(reply, ListRunsResponse { runs, live_nodes });
-                Ok(())
+            (Asker::Watch(_, tx), Some(Answer::Watch(Err(status)))) => {
+                let _ = tx.try_send(Err(status));
             }
-            Command::Watch { run_id, tx } => {
-                match self.runs.get_mut(run_id.as_str()) {
-                    Some(run) => {
-                        run.watchers.push(tx);
-                        run.dirty = true;
-                        run.last_publish = None;
-                    }
-                    None => {
-                        let _ = tx.try_send(Err(Status::not_found(format!(
-                            "no run `{run_id}`; `reprobench status` lists the runs"
-                        ))));
-                    }
-                }
-                Ok(())
-            }
-            Command::NodeGone { node_id, reason } => self.node_gone(&node_id, &reason),
-            Command::Counts { reply } => {
-                let counts = self.kind_counts();
-                self.reply(reply, counts);
-                Ok(())
-            }
-            Command::Shutdown => Ok(()),
+            (_, answer) => unreachable!("the machine answered {answer:?} to another question"),
         }
-    }
-
-    fn kind_counts(&self) -> Vec<KindCounts> {
-        let mut by_kind: std::collections::BTreeMap<&str, KindCounts> = Default::default();
-        for t in self.tasks.values() {
-            let (pending, running) = match t.state {
-                TaskState::Pending => (1, 0),
-                TaskState::Leased => (0, 1),
-                _ => continue,
-            };
-            let c = by_kind.entry(&t.kind).or_insert_with(|| KindCounts {
-                kind: t.kind.to_string(),
-                ..KindCounts::default()
-            });
-            c.pending += pending;
-            c.running += running;
-        }
-        // Kinds the nodes offer appear even with nothing to do (a scaler reads zeros, not gaps).
-        for node in &self.nodes {
-            for (kind, _) in &node.slots {
-                by_kind.entry(kind.as_str()).or_insert_with(|| KindCounts {
-                    kind: kind.clone(),
-                    ..KindCounts::default()
-                });
-            }
-        }
-        by_kind.into_values().collect()
-    }
-
-    fn node_gone(&mut self, node_id: &str, reason: &str) -> Result<(), StoreError> {
-        let Some(&n) = self.node_index.get(node_id) else {
-            return Ok(());
-        };
-        // No more grants, even for credits it still sends while it dies (it counts as draining
-        // until it connects anew: a new pod of the same name does); should it still be
-        // connected, the revokes tell it, and fencing refuses its late results.
-        self.nodes[n as usize].credits.clear();
-        self.nodes[n as usize].draining = true;
-        self.leave_sched(n);
-        let held: Vec<(TaskId, u64)> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.node == n)
-            .map(|(t, l)| (*t, l.epoch))
-            .collect();
-        if !held.is_empty() {
-            tracing::warn!(node = %node_id, attempts = held.len(), %reason, "node gone; releasing its leases now");
-        }
-        for (task, epoch) in held {
-            let why = format!("{reason}; the attempt is requeued without waiting for its lease");
-            self.release_lease(task, n, epoch, "node_gone", why)?;
-        }
-        Ok(())
-    }
-
-    /// Ends the attempt `epoch` of `task` that node `n` held (`status` in the store), tells the
-    /// node in case it still listens, and retries the task or closes it at the bound.
-    fn release_lease(
-        &mut self,
-        task: TaskId,
-        n: NodeIdx,
-        epoch: u64,
-        status: &str,
-        reason: String,
-    ) -> Result<(), StoreError> {
-        self.leases.remove(&task);
-        let node_id = self.nodes[n as usize].id.clone();
-        self.store
-            .end_attempt(task, epoch, status, Some(&reason), now_ms())?;
-        let attempt = Some(AttemptRef {
-            task_id: task,
-            epoch,
-        });
-        self.send_to_node(
-            n,
-            coordinator_message::Body::Revoke(Revoke {
-                attempt,
-                reason: reason.clone(),
-            }),
-        );
-        self.infra_failure(task, status, reason, &node_id)
-    }
-
-    fn register(
-        &mut self,
-        req: RegisterRequest,
-        reply: oneshot::Sender<Result<RegisterResponse, Status>>,
-    ) -> Result<(), StoreError> {
-        if req.protocol_version != reprobench_proto::PROTOCOL_VERSION {
-            let msg = format!(
-                "node `{}` speaks protocol v{} but this coordinator speaks v{}; run the same reprobench release on the coordinator and its nodes",
-                req.node_id,
-                req.protocol_version,
-                reprobench_proto::PROTOCOL_VERSION
-            );
-            self.reply(reply, Err(Status::failed_precondition(msg)));
-            return Ok(());
-        }
-        let bad = |m: String| Err(Status::invalid_argument(m));
-        let check = if req.node_id.trim().is_empty() {
-            bad("node_id is empty; pass --name or let the node choose one".into())
-        } else if req.slots.is_empty() {
-            bad(format!(
-                "node `{}` offers no slots; pass --slots KIND=N",
-                req.node_id
-            ))
-        } else {
-            Ok(())
-        };
-        if let Err(e) = check {
-            self.reply(reply, Err(e));
-            return Ok(());
-        }
-        let slots: Vec<(String, u32)> = req
-            .slots
-            .iter()
-            .map(|s| (s.kind.clone(), s.slots))
-            .collect();
-        let slots_text = slots
-            .iter()
-            .map(|(k, n)| format!("{k}={n}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        self.store
-            .upsert_node(&req.node_id, &req.hostname, &slots_text, now_ms())?;
-        let n = self.node_idx(&req.node_id);
-        if self.nodes[n as usize].slots != slots {
-            self.leave_sched(n);
-            self.nodes[n as usize].slots = slots;
-        }
-        tracing::info!(node = %req.node_id, host = %req.hostname, slots = %slots_text, "node registered");
-        let resp = RegisterResponse {
-            node_id: req.node_id,
-            protocol_version: reprobench_proto::PROTOCOL_VERSION,
-            lease_ms: self.cfg.lease_ms,
-            heartbeat_ms: self.cfg.heartbeat_ms,
-        };
-        self.reply(reply, Ok(resp));
-        Ok(())
-    }
-
-    fn connect(
-        &mut self,
-        node_id: String,
-        conn: u64,
-        hello: Hello,
-        out: NodeSender,
-    ) -> Result<(), StoreError> {
-        let Some(&n) = self
-            .node_index
-            .get(&node_id)
-            .filter(|&&n| !self.nodes[n as usize].slots.is_empty())
-        else {
-            let _ = out.send(Err(Status::failed_precondition(format!(
-                "node `{node_id}` opened a Work stream without registering; call Register first"
-            ))));
-            return Ok(());
-        };
-        {
-            let node = &mut self.nodes[n as usize];
-            node.conn = Some((conn, out));
-            node.last_seen = Instant::now();
-            node.draining = hello.draining;
-            node.credits = hello
-                .free
-                .iter()
-                .map(|s| (s.kind.clone(), s.slots))
-                .collect();
-        }
-        for key in &hello.warm_keys {
-            self.sched.mark_warm(n, key);
-        }
-        // Leases this node held that it no longer reports were lost in transit: requeue them now.
-        let held: HashSet<(u64, u64)> =
-            hello.running.iter().map(|a| (a.task_id, a.epoch)).collect();
-        let lost: Vec<(TaskId, u64)> = self
-            .leases
-            .iter()
-            .filter(|(t, l)| l.node == n && !held.contains(&(**t, l.epoch)))
-            .map(|(t, l)| (*t, l.epoch))
-            .collect();
-        for (task, epoch) in lost {
-            self.leases.remove(&task);
-            let reason =
-                format!("node {node_id} reconnected without this attempt (grant lost in transit)");
-            self.store
-                .end_attempt(task, epoch, "lost", Some(&reason), now_ms())?;
-            self.requeue(task)?;
-        }
-        self.renew(n, &hello.running);
-        if !hello.draining {
-            self.join_sched(n);
-        }
-        tracing::info!(node = %node_id, running = hello.running.len(), "node connected");
-        Ok(())
-    }
-
-    fn on_node_message(
-        &mut self,
-        node_id: &str,
-        conn: u64,
-        body: node_message::Body,
-    ) -> Result<(), StoreError> {
-        let Some(&n) = self.node_index.get(node_id) else {
-            return Ok(());
-        };
-        if self.nodes[n as usize]
-            .conn
-            .as_ref()
-            .is_none_or(|(c, _)| *c != conn)
-        {
-            return Ok(()); // a superseded stream
-        }
-        self.nodes[n as usize].last_seen = Instant::now();
-        if !self.nodes[n as usize].in_sched && !self.nodes[n as usize].draining {
-            self.join_sched(n);
-        }
-        match body {
-            node_message::Body::Hello(_) => {}
-            node_message::Body::Heartbeat(hb) => self.renew(n, &hb.running),
-            node_message::Body::Credit(c) => {
-                if !self.nodes[n as usize].draining {
-                    *self.nodes[n as usize].credits.entry(c.kind).or_insert(0) += c.slots;
-                    self.hungry.insert(n);
-                }
-            }
-            node_message::Body::Progress(_) => {}
-            node_message::Body::Result(r) => {
-                let attempt = r.attempt.unwrap_or_default();
-                self.result(n, attempt, r.outcome.unwrap_or_default())?;
-            }
-            node_message::Body::HandBack(h) => {
-                let a = h.attempt.unwrap_or_default();
-                if self
-                    .leases
-                    .get(&a.task_id)
-                    .is_some_and(|l| l.node == n && l.epoch == a.epoch)
-                {
-                    self.leases.remove(&a.task_id);
-                    let reason = format!("handed back by {node_id}: {}", h.reason);
-                    self.store.end_attempt(
-                        a.task_id,
-                        a.epoch,
-                        "handed_back",
-                        Some(&reason),
-                        now_ms(),
-                    )?;
-                    self.requeue(a.task_id)?;
-                }
-            }
-            node_message::Body::Draining(_) => {
-                tracing::info!(node = %node_id, "node is draining");
-                self.nodes[n as usize].draining = true;
-                self.nodes[n as usize].credits.clear();
-                self.leave_sched(n);
-            }
-        }
-        Ok(())
-    }
-
-    /// Extends the leases a node reports; revokes what it runs without a lease.
-    fn renew(&mut self, n: NodeIdx, running: &[AttemptRef]) {
-        let deadline = Instant::now() + Duration::from_millis(self.cfg.lease_ms);
-        let mut renewed = Vec::new();
-        for a in running {
-            match self.leases.get_mut(&a.task_id) {
-                Some(l) if l.node == n && l.epoch == a.epoch => {
-                    l.deadline = deadline;
-                    renewed.push(*a);
-                }
-                _ => {
-                    let epoch = self.tasks.get(&a.task_id).map_or(0, |t| t.epoch);
-                    let reason =
-                        format!("lease lost: the task is now at attempt {epoch} or closed");
-                    self.send_to_node(
-                        n,
-                        coordinator_message::Body::Revoke(Revoke {
-                            attempt: Some(*a),
-                            reason,
-                        }),
-                    );
-                }
-            }
-        }
-        let lease_ms = self.cfg.lease_ms;
-        self.send_to_node(
-            n,
-            coordinator_message::Body::Renewal(LeaseRenewal { renewed, lease_ms }),
-        );
-    }
-
-    fn join_sched(&mut self, n: NodeIdx) {
-        let node = &mut self.nodes[n as usize];
-        if node.in_sched || node.slots.is_empty() || node.conn.is_none() {
-            return;
-        }
-        node.in_sched = true;
-        let kinds: Vec<String> = node.slots.iter().map(|(k, _)| k.clone()).collect();
-        self.sched.add_node(n, &kinds);
-        self.hungry.insert(n);
-    }
-
-    fn leave_sched(&mut self, n: NodeIdx) {
-        if std::mem::take(&mut self.nodes[n as usize].in_sched) {
-            self.sched.remove_node(n);
-        }
-    }
-
-    fn submit(
-        &mut self,
-        req: SubmitRunRequest,
-    ) -> Result<Result<SubmitRunResponse, Status>, StoreError> {
-        let spec = match SweepSpec::from_toml(&req.sweep_toml) {
-            Ok(s) => s,
-            Err(e) => return Ok(Err(Status::invalid_argument(e.to_string()))),
-        };
-        let attachments: sweep::Attachments = req.attachments.into_iter().collect();
-        let hash = sweep::sweep_hash(&spec, &attachments);
-        if req.resume_existing {
-            let existing = self.run_order.iter().rev().find(|r| {
-                let run = &self.runs[*r];
-                run.sweep_hash == hash
-                    && (run.summary.state == "running"
-                        || req.reuse_finished && run.summary.state == "finished")
-            });
-            if let Some(r) = existing {
-                let run = &self.runs[r];
-                return Ok(Ok(SubmitRunResponse {
-                    run_id: r.to_string(),
-                    tasks: run.summary.tasks,
-                    resumed: true,
-                }));
-            }
-        }
-        let tasks: Vec<NewTask> = match sweep::expand(&spec, &attachments) {
-            Ok(t) => t,
-            Err(e) => return Ok(Err(Status::invalid_argument(e.to_string()))),
-        };
-        let created = now_ms();
-        let run = LoadedRun {
-            run_id: new_run_id(created),
-            name: spec.name.clone(),
-            sweep_hash: hash,
-            state: "running".into(),
-            tasks: tasks.len() as u64,
-            max_attempts: spec.max_attempts,
-            created_at_ms: created,
-            finished_at_ms: None,
-        };
-        let attachments_json =
-            serde_json::to_string(&attachments).expect("a string map serializes");
-        let ids = self
-            .store
-            .insert_run(&run, &spec.to_toml(), &attachments_json, &tasks)?;
-        self.add_run_mem(&run);
-        let run_key = self.intern(&run.run_id);
-        for (id, t) in ids.iter().zip(&tasks) {
-            let mem = TaskMem {
-                run: run_key.clone(),
-                state: TaskState::Pending,
-                epoch: 0,
-                infra_failures: 0,
-                kind: self.intern(&t.kind),
-                key: self.intern(&t.affinity_key),
-                agent: self.intern(&t.agent),
-                node: None,
-                result_epoch: None,
-            };
-            self.sched.enqueue(QueuedTask {
-                id: *id,
-                kind: &mem.kind,
-                key: &mem.key,
-                agent: &mem.agent,
-            });
-            self.tasks.insert(*id, mem);
-        }
-        self.work_added = true;
-        let r = self.runs.get_mut(&run_key).expect("just added");
-        r.summary.pending = tasks.len() as u64;
-        if tasks.is_empty() {
-            self.check_finished(&run_key)?;
-        }
-        tracing::info!(run = %run.run_id, tasks = tasks.len(), sweep = %spec.name, "run submitted");
-        Ok(Ok(SubmitRunResponse {
-            run_id: run.run_id,
-            tasks: tasks.len() as u64,
-            resumed: false,
-        }))
-    }
-
-    fn cancel(&mut self, run_id: &str) -> Result<Result<u64, Status>, StoreError> {
-        let Some(run_key) = self.runs.get_key_value(run_id).map(|(k, _)| k.clone()) else {
-            return Ok(Err(Status::not_found(format!(
-                "no run `{run_id}`; `reprobench status` lists the runs"
-            ))));
-        };
-        let ids: Vec<TaskId> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| {
-                t.run == run_key && matches!(t.state, TaskState::Pending | TaskState::Leased)
-            })
-            .map(|(id, _)| *id)
-            .collect();
-        let now = now_ms();
-        for &id in &ids {
-            let (st, epoch, node) = {
-                let t = &self.tasks[&id];
-                (t.state, t.epoch, t.node)
-            };
-            if st == TaskState::Pending {
-                self.sched.remove(id);
-            } else if let (Some(n), Some(_)) = (node, self.leases.remove(&id)) {
-                self.store
-                    .end_attempt(id, epoch, "cancelled", Some("run cancelled"), now)?;
-                let attempt = Some(AttemptRef { task_id: id, epoch });
-                self.send_to_node(
-                    n,
-                    coordinator_message::Body::Cancel(Revoke {
-                        attempt,
-                        reason: "run cancelled".into(),
-                    }),
-                );
-            }
-            let infra = self.tasks[&id].infra_failures;
-            if let Some(st) = self.advance(id, Event::Cancel) {
-                self.store.set_task_state(id, st.as_str(), infra)?;
-            }
-        }
-        let run = self.runs.get_mut(&run_key).expect("exists");
-        if run.summary.state == "running" {
-            run.summary.state = "cancelled".into();
-            run.summary.finished_at_ms = now;
-            run.dirty = true;
-            self.store.set_run_state(run_id, "cancelled", Some(now))?;
-        }
-        Ok(Ok(ids.len() as u64))
-    }
-
-    /// Moves `task` through the lifecycle table and counts it in its run; an event its state
-    /// does not allow is refused (logged, nothing changes) and gives `None`.
-    fn advance(&mut self, task: TaskId, event: Event) -> Option<TaskState> {
-        let t = self.tasks.get_mut(&task).expect("known task");
-        let new = match lifecycle::next(t.state, event) {
-            Ok(new) => new,
-            Err(e) => {
-                tracing::error!(task, error = %e, "illegal task transition refused");
-                return None;
-            }
-        };
-        let old = std::mem::replace(&mut t.state, new);
-        let run = self.runs.get_mut(&t.run).expect("task's run");
-        bump(&mut run.summary, old, -1);
-        bump(&mut run.summary, new, 1);
-        run.dirty = true;
-        Some(new)
-    }
-
-    /// Puts a task whose attempt was lost back in the queue.
-    fn requeue(&mut self, task: TaskId) -> Result<(), StoreError> {
-        if self
-            .advance(task, Event::AttemptLost { retry: true })
-            .is_none()
-        {
-            return Ok(());
-        }
-        self.work_added = true;
-        let t = self.tasks.get_mut(&task).expect("known task");
-        t.node = None;
-        let infra = t.infra_failures;
-        self.sched.enqueue(QueuedTask {
-            id: task,
-            kind: &t.kind,
-            key: &t.key,
-            agent: &t.agent,
-        });
-        self.runs
-            .get_mut(&t.run)
-            .expect("run")
-            .summary
-            .retried_attempts += 1;
-        self.store.set_task_state(task, state::PENDING, infra)?;
-        Ok(())
-    }
-
-    /// An attempt failed for infrastructure reasons: retry it, or close the task when the bound is hit.
-    fn infra_failure(
-        &mut self,
-        task: TaskId,
-        class: &str,
-        message: String,
-        node: &str,
-    ) -> Result<(), StoreError> {
-        let t = self.tasks.get_mut(&task).expect("known task");
-        t.infra_failures += 1;
-        let max = self.runs[&t.run].max_attempts;
-        let event = lifecycle::attempt_lost(t.infra_failures, max);
-        if event == (Event::AttemptLost { retry: true }) {
-            return self.requeue(task);
-        }
-        let now = now_ms();
-        let record = ResultRecord {
-            success: false,
-            verdict: "error".into(),
-            error_class: Some(format!("infra:{class}")),
-            error_message: Some(format!("gave up after {max} attempts; last: {message}")),
-            started_at_ms: now,
-            finished_at_ms: now,
-            node_id: node.to_string(),
-            ..Default::default()
-        };
-        self.finish(task, event, &record)
-    }
-
-    /// Ends a task by `event` with its one result row.
-    fn finish(
-        &mut self,
-        task: TaskId,
-        event: Event,
-        record: &ResultRecord,
-    ) -> Result<(), StoreError> {
-        let Some(st) = self.advance(task, event) else {
-            return Ok(());
-        };
-        let t = self.tasks.get_mut(&task).expect("known task");
-        t.result_epoch = Some(t.epoch);
-        let (run, epoch, infra, node) = (t.run.clone(), t.epoch, t.infra_failures, t.node);
-        self.store.insert_result(task, &run, epoch, record)?;
-        self.store.set_task_state(task, st.as_str(), infra)?;
-        let r = self.runs.get_mut(&run).expect("run");
-        if let Some(n) = node {
-            *r.node_finished.entry(n).or_insert(0) += 1;
-        }
-        r.session_done += 1;
-        self.check_finished(&run)
-    }
-
-    fn check_finished(&mut self, run: &Arc<str>) -> Result<(), StoreError> {
-        let r = self.runs.get_mut(run).expect("run");
-        if r.summary.state == "running" && r.summary.pending == 0 && r.summary.running == 0 {
-            let now = now_ms();
-            r.summary.state = "finished".into();
-            r.summary.finished_at_ms = now;
-            r.dirty = true;
-            tracing::info!(run = %run, succeeded = r.summary.succeeded, failed = r.summary.failed, errored = r.summary.errored, "run finished");
-            self.store.set_run_state(run, "finished", Some(now))?;
-        }
-        Ok(())
-    }
-
-    fn result(&mut self, n: NodeIdx, a: AttemptRef, outcome: Outcome) -> Result<(), StoreError> {
-        let node_id = self.nodes[n as usize].id.clone();
-        let ack = |accepted: bool, reason: String| {
-            coordinator_message::Body::ResultAck(ResultAck {
-                attempt: Some(a),
-                accepted,
-                reason,
-            })
-        };
-        let Some(t) = self.tasks.get(&a.task_id) else {
-            self.send_to_node(n, ack(false, "unknown task".into()));
-            return Ok(());
-        };
-        let context = ResultContext {
-            state: t.state,
-            epoch: t.epoch,
-            lease: self.leases.get(&a.task_id).map(|l| Attempt {
-                node: l.node,
-                epoch: l.epoch,
-            }),
-            recorded: t
-                .result_epoch
-                .zip(t.node)
-                .map(|(epoch, node)| Attempt { node, epoch }),
-        };
-        match lifecycle::judge_result(
-            &context,
-            Attempt {
-                node: n,
-                epoch: a.epoch,
-            },
-        ) {
-            ResultVerdict::Accept => {}
-            ResultVerdict::Duplicate => {
-                self.send_to_node(n, ack(true, "already recorded".into()));
-                return Ok(());
-            }
-            ResultVerdict::Refuse(reason) => {
-                tracing::warn!(task = a.task_id, epoch = a.epoch, node = %node_id, %reason, "late result rejected");
-                self.store.mark_late_result(a.task_id, a.epoch, now_ms())?;
-                self.send_to_node(n, ack(false, reason));
-                return Ok(());
-            }
-        }
-        let granted_ms = self.leases.remove(&a.task_id).and_then(|l| l.granted_ms);
-        let now = now_ms();
-        let mut outcome = outcome;
-        // Executors that fail early (a bad payload, a sandbox error) send no times of their own.
-        if outcome.started_at_ms == 0 {
-            outcome.started_at_ms = granted_ms.unwrap_or(now);
-        }
-        if outcome.finished_at_ms == 0 {
-            outcome.finished_at_ms = now;
-        }
-        let class = FailureClass::try_from(outcome.failure_class).unwrap_or(FailureClass::Infra);
-        if class == FailureClass::Infra {
-            let message = if outcome.error_message.is_empty() {
-                "infrastructure error".into()
-            } else {
-                outcome.error_message.clone()
-            };
-            self.store
-                .end_attempt(a.task_id, a.epoch, "infra_error", Some(&message), now)?;
-            let cls = if outcome.error_class.is_empty() {
-                "executor".to_string()
-            } else {
-                outcome.error_class.clone()
-            };
-            self.infra_failure(a.task_id, &cls, message, &node_id)?;
-        } else {
-            let errored = class != FailureClass::None || !outcome.error_class.is_empty();
-            let reason = errored.then(|| {
-                match (
-                    outcome.error_class.is_empty(),
-                    outcome.error_message.is_empty(),
-                ) {
-                    (false, false) => format!("{}: {}", outcome.error_class, outcome.error_message),
-                    (false, true) => outcome.error_class.clone(),
-                    _ => outcome.error_message.clone(),
-                }
-            });
-            self.store
-                .end_attempt(a.task_id, a.epoch, "finished", reason.as_deref(), now)?;
-            let ending = if outcome.success {
-                Ending::Succeeded
-            } else if errored {
-                Ending::Errored
-            } else {
-                Ending::Failed
-            };
-            if !errored {
-                let t = &self.tasks[&a.task_id];
-                let (key, agent) = (t.key.clone(), t.agent.clone());
-                self.sched.record_duration(&key, &agent, outcome.wall_s);
-            }
-            let record = record_from(outcome, node_id);
-            self.finish(a.task_id, Event::Finished(ending), &record)?;
-        }
-        self.send_to_node(n, ack(true, String::new()));
-        Ok(())
-    }
-
-    fn tick(&mut self, now: Instant) -> Result<(), StoreError> {
-        let silence = Duration::from_millis(self.cfg.lease_ms);
-        for n in 0..self.nodes.len() as NodeIdx {
-            let node = &self.nodes[n as usize];
-            if node.in_sched && now.duration_since(node.last_seen) > silence {
-                tracing::warn!(node = %node.id, "node silent for a lease period; no more grants until it speaks");
-                self.leave_sched(n);
-            }
-        }
-        let expired: Vec<(TaskId, NodeIdx, u64)> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| l.deadline <= now)
-            .map(|(t, l)| (*t, l.node, l.epoch))
-            .collect();
-        for (task, n, epoch) in expired {
-            let node_id = &self.nodes[n as usize].id;
-            let reason = format!(
-                "lease expired: no heartbeat from {node_id} for {} ms",
-                self.cfg.lease_ms
-            );
-            tracing::warn!(task, epoch, node = %node_id, "lease expired; requeueing");
-            self.release_lease(task, n, epoch, "lease_expired", reason)?;
-        }
-        Ok(())
-    }
-
-    /// Grants pending work to nodes that asked for it, one task per node per round.
-    fn dispatch(&mut self) -> Result<(), StoreError> {
-        if std::mem::take(&mut self.work_added) {
-            for (i, node) in self.nodes.iter().enumerate() {
-                if node.in_sched && node.credits.values().any(|c| *c > 0) {
-                    self.hungry.insert(i as NodeIdx);
-                }
-            }
-        }
-        while self.sched.pending() > 0 && !self.hungry.is_empty() {
-            let mut granted_any = false;
-            let hungry: Vec<NodeIdx> = self.hungry.iter().copied().collect();
-            for n in hungry {
-                let node = &self.nodes[n as usize];
-                // Every kind it has a free slot of, in a fixed order: a node offering several
-                // kinds gets work of any of them, not only of the one it happens to list first.
-                let mut kinds: Vec<String> = node
-                    .credits
-                    .iter()
-                    .filter(|(_, c)| **c > 0)
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                kinds.sort();
-                if kinds.is_empty() || !node.in_sched {
-                    self.hungry.remove(&n);
-                    continue;
-                }
-                let picked = kinds
-                    .into_iter()
-                    .find_map(|kind| self.sched.next_for(n, &kind).map(|pick| (kind, pick)));
-                match picked {
-                    Some((kind, pick)) => {
-                        *self.nodes[n as usize]
-                            .credits
-                            .get_mut(&kind)
-                            .expect("credit") -= 1;
-                        self.grant(n, pick.task)?;
-                        granted_any = true;
-                    }
-                    // Nothing of its kinds for it now; it keeps its credits for later work.
-                    None => {
-                        self.hungry.remove(&n);
-                    }
-                }
-            }
-            if !granted_any {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    fn grant(&mut self, n: NodeIdx, task: TaskId) -> Result<(), StoreError> {
-        if self.advance(task, Event::Grant).is_none() {
-            return Ok(());
-        }
-        let t = self.tasks.get_mut(&task).expect("known task");
-        t.epoch += 1;
-        t.node = Some(n);
-        let (epoch, run, kind, key, agent) = (
-            t.epoch,
-            t.run.clone(),
-            t.kind.clone(),
-            t.key.clone(),
-            t.agent.clone(),
-        );
-        let node_id = self.nodes[n as usize].id.clone();
-        self.store.record_grant(task, epoch, &node_id, now_ms())?;
-        let info = self.store.grant_info(task)?;
-        let r = self.runs.get_mut(&run).expect("run");
-        r.session_start.get_or_insert_with(Instant::now);
-        let deadline = Instant::now() + Duration::from_millis(self.cfg.lease_ms);
-        self.leases.insert(
-            task,
-            Lease {
-                node: n,
-                epoch,
-                deadline,
-                granted_ms: Some(now_ms()),
-            },
-        );
-        let grant = Grant {
-            attempt: Some(AttemptRef {
-                task_id: task,
-                epoch,
-            }),
-            run_id: run.to_string(),
-            kind: kind.to_string(),
-            affinity_key: key.to_string(),
-            agent: agent.to_string(),
-            variant: info.variant,
-            instance_id: info.instance_id,
-            payload_json: info.payload,
-            lease_ms: self.cfg.lease_ms,
-            attempt_number: epoch as u32,
-        };
-        self.send_to_node(n, coordinator_message::Body::Grant(grant));
-        Ok(())
-    }
-
-    /// Sends progress snapshots to watchers, at most every 100 ms per run, and closes finished watches.
-    fn publish(&mut self, now: Instant) {
-        let run_ids: Vec<Arc<str>> = self
-            .runs
-            .iter()
-            .filter(|(_, r)| r.dirty && !r.watchers.is_empty())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for id in run_ids {
-            let r = &self.runs[&id];
-            let done = r.summary.state != "running";
-            if !done
-                && r.last_publish
-                    .is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
-            {
+        for ToNode { conn, mut body } in messages {
+            let Some(tx) = self.streams.get(&conn) else {
                 continue;
+            };
+            if let coordinator_message::Body::Grant(grant) = &mut body {
+                let task = grant.attempt.map(|a| a.task_id).unwrap_or_default();
+                let info = self.store.grant_info(task)?;
+                grant.variant = info.variant;
+                grant.instance_id = info.instance_id;
+                grant.payload_json = info.payload;
             }
-            let progress = self.progress(&id);
-            let r = self.runs.get_mut(&id).expect("run");
-            r.watchers.retain(|w| {
-                !matches!(
-                    w.try_send(Ok(progress.clone())),
-                    Err(mpsc::error::TrySendError::Closed(_))
-                )
-            });
-            r.dirty = false;
-            r.last_publish = Some(now);
-            if done {
-                r.watchers.clear();
-            }
+            self.deferred.push(Deferred::Node(tx.clone(), body));
         }
+        Ok(())
     }
 
-    fn progress(&self, id: &Arc<str>) -> RunProgress {
-        let r = &self.runs[id];
-        let mut running: HashMap<NodeIdx, u64> = HashMap::new();
-        for (task, lease) in &self.leases {
-            if self.tasks.get(task).is_some_and(|t| &t.run == id) {
-                *running.entry(lease.node).or_insert(0) += 1;
+    /// Sends progress snapshots to watchers (the machine throttles them), and ends the watches
+    /// of finished runs.
+    fn publish(&mut self, now: Instant) {
+        let machine = &mut self.machine;
+        self.watchers.retain(|run_id, watchers| {
+            if let Some((progress, done)) = machine.publish(run_id, now) {
+                watchers.retain(|w| {
+                    !matches!(
+                        w.try_send(Ok(progress.clone())),
+                        Err(mpsc::error::TrySendError::Closed(_))
+                    )
+                });
+                if done {
+                    watchers.clear();
+                }
             }
-        }
-        let nodes = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, node)| {
-                let i = i as NodeIdx;
-                let running = running.get(&i).copied().unwrap_or(0);
-                let finished = r.node_finished.get(&i).copied().unwrap_or(0);
-                (node.in_sched || running > 0 || finished > 0).then(|| NodeProgress {
-                    node_id: node.id.clone(),
-                    live: node.in_sched,
-                    running,
-                    finished,
-                    slots: node.slots.iter().map(|(_, s)| *s).sum(),
-                })
-            })
-            .collect();
-        let s = &r.summary;
-        let remaining = s.pending + s.running;
-        let eta_s = match r.session_start {
-            Some(start) if r.session_done > 0 => {
-                start.elapsed().as_secs_f64() / r.session_done as f64 * remaining as f64
-            }
-            _ if remaining == 0 => 0.0,
-            _ => -1.0,
-        };
-        RunProgress {
-            run: Some(s.clone()),
-            nodes,
-            eta_s,
-        }
-    }
-}
-
-fn bump(s: &mut RunSummary, st: TaskState, delta: i64) {
-    let field = match st {
-        TaskState::Pending => &mut s.pending,
-        TaskState::Leased => &mut s.running,
-        TaskState::Succeeded => &mut s.succeeded,
-        TaskState::Failed => &mut s.failed,
-        TaskState::Errored => &mut s.errored,
-        TaskState::Cancelled => &mut s.cancelled,
-    };
-    *field = field.saturating_add_signed(delta);
-}
-
-fn record_from(o: Outcome, node_id: String) -> ResultRecord {
-    let opt = |s: String| (!s.is_empty()).then_some(s);
-    ResultRecord {
-        success: o.success,
-        verdict: o.verdict,
-        error_class: opt(o.error_class),
-        error_message: opt(o.error_message),
-        llm_calls: o.llm_calls,
-        tokens_in: o.tokens_in,
-        tokens_out: o.tokens_out,
-        tokens_cached: o.tokens_cached,
-        cost_usd: o.cost_usd,
-        wall_s: o.wall_s,
-        actions: o.actions,
-        trace_len: o.trace_len,
-        feedback_iterations: o.feedback_iterations,
-        localized_files_correct: o.localized_files_correct,
-        started_at_ms: o.started_at_ms,
-        finished_at_ms: o.finished_at_ms,
-        node_id,
-        artifact_path: o.artifact_path,
-        details_json: opt(o.details_json),
+            !watchers.is_empty()
+        });
     }
 }
 
@@ -1396,21 +450,14 @@ fn new_run_id(created_ms: i64) -> String {
     )
 }
 
-/// Store states that count as a finished task.
-pub fn is_terminal(state_name: &str) -> bool {
-    matches!(
-        state_name,
-        store::state::SUCCEEDED
-            | store::state::FAILED
-            | store::state::ERRORED
-            | store::state::CANCELLED
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reprobench_proto::v1::{Credit, Heartbeat, SlotCount};
+    use crate::scheduler::Policy;
+    use reprobench_proto::v1::{
+        AttemptRef, Credit, FailureClass, Grant, Heartbeat, Outcome, ResultAck, RunSummary,
+        SlotCount,
+    };
 
     /// A core on a temporary store, with one fake node's channels.
     struct Harness {

@@ -5,6 +5,7 @@
 pub mod core;
 pub mod kubernetes;
 pub mod lifecycle;
+pub mod machine;
 pub mod metrics;
 pub mod review;
 pub mod scheduler;

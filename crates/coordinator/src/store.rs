@@ -417,14 +417,16 @@ impl Store {
         self.conn.execute_batch("COMMIT").map_err(|e| self.err(e))
     }
 
-    /// Inserts a run and its tasks; returns the new task ids in order.
+    /// Inserts a run and its tasks, under the task ids `ids` (one per task, in order).
     pub fn insert_run(
         &self,
         run: &LoadedRun,
         sweep_toml: &str,
         attachments_json: &str,
+        ids: &[u64],
         tasks: &[NewTask],
-    ) -> Result<Vec<u64>, StoreError> {
+    ) -> Result<(), StoreError> {
+        assert_eq!(ids.len(), tasks.len(), "one id per task");
         self.conn
             .execute(
                 "INSERT INTO runs(run_id, name, sweep_toml, sweep_hash, state, tasks, max_attempts, created_at_ms, attachments) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
@@ -434,13 +436,13 @@ impl Store {
         let mut stmt = self
             .conn
             .prepare_cached(
-                "INSERT INTO tasks(run_id, track, dataset, instance_id, repo_or_app, bug_type, agent, variant, backbone, repeat, kind, affinity_key, payload, ground_truth_actions, state)
-                 VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,'pending')",
+                "INSERT INTO tasks(task_id, run_id, track, dataset, instance_id, repo_or_app, bug_type, agent, variant, backbone, repeat, kind, affinity_key, payload, ground_truth_actions, state)
+                 VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,'pending')",
             )
             .map_err(|e| self.err(e))?;
-        let mut ids = Vec::with_capacity(tasks.len());
-        for t in tasks {
+        for (id, t) in ids.iter().zip(tasks) {
             stmt.execute(params![
+                *id as i64,
                 run.run_id,
                 t.track,
                 t.dataset,
@@ -457,9 +459,8 @@ impl Store {
                 t.ground_truth_actions
             ])
             .map_err(|e| self.err(e))?;
-            ids.push(self.conn.last_insert_rowid() as u64);
         }
-        Ok(ids)
+        Ok(())
     }
 
     /// Sets a run's state (and finish time).
@@ -1005,11 +1006,13 @@ mod tests {
             created_at_ms: 0,
             finished_at_ms: None,
         };
-        let ids = store
+        let ids = [1, 2];
+        store
             .insert_run(
                 &run,
                 "",
                 "{}",
+                &ids,
                 &[task("non-crash", "monkey"), task("crash", "monkey")],
             )
             .unwrap();

@@ -11,5 +11,6 @@ pub mod secret;
 pub mod sweep;
 pub mod swt;
 pub mod swt_bench;
+pub mod sync;
 pub mod synthetic;
 pub mod time;

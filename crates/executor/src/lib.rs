@@ -1,6 +1,7 @@
 //! The one executor trait every kind implements (synthetic, SWT in a sandbox, the Android
 //! `sim` and `emulator`), and the attempt types the node runtime hands it.
 
+pub use reprobench_domain::registry::ExecutorKind;
 use reprobench_proto::v1::{AttemptRef, FailureClass, Outcome};
 use std::future::Future;
 use std::pin::Pin;
@@ -51,8 +52,8 @@ pub enum AttemptEnd {
 
 /// Runs attempts of one executor kind.
 pub trait Executor: Send + Sync {
-    /// The kind this executor serves (`synthetic`, `docker`, ...).
-    fn kind(&self) -> &'static str;
+    /// The kind this executor serves.
+    fn kind(&self) -> ExecutorKind;
     /// Runs one attempt to its end. Must return promptly after `ctx.cancel` fires.
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd>;
 }

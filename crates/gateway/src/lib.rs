@@ -189,11 +189,7 @@ pub(crate) struct Shared {
     pub metrics: Mutex<Metrics>,
 }
 
-/// Locks a mutex, carrying on with the data if a panicking attempt poisoned it: one attempt's
-/// panic must not make every later attempt on the node panic too.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use reprobench_domain::sync::lock;
 
 impl Shared {
     pub fn is_replay(&self) -> bool {

@@ -22,6 +22,7 @@
 use super::python::{find_python_where, has_own_prefix, version_matches};
 use super::{EnvRecipe, ExecOutput, ExecRequest, Prepared, Sandbox, SandboxError};
 use crate::BoxFuture;
+use crate::ExecutorKind;
 use bollard::Docker;
 use bollard::query_parameters::{ListImagesOptionsBuilder, RemoveImageOptionsBuilder};
 use std::collections::{HashMap, HashSet};
@@ -270,8 +271,8 @@ impl DockerSandbox {
 }
 
 impl Sandbox for DockerSandbox {
-    fn kind(&self) -> &'static str {
-        "docker"
+    fn kind(&self) -> ExecutorKind {
+        ExecutorKind::Docker
     }
 
     fn identity(&self) -> String {

@@ -5,6 +5,7 @@
 //! An execution is: a fresh copy of the repository at the base commit with its environment
 //! installed, some files written into it, one command run in it with a timeout, output captured.
 
+pub use reprobench_domain::registry::ExecutorKind;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -365,8 +366,8 @@ pub enum Prepared {
 
 /// Where executions run.
 pub trait Sandbox: Send + Sync {
-    /// The executor kind this sandbox serves (`docker` or `process`).
-    fn kind(&self) -> &'static str;
+    /// The executor kind this sandbox serves (docker or process).
+    fn kind(&self) -> ExecutorKind;
     /// Everything about this sandbox, beyond a recipe and its limits, that can change what an
     /// execution gives: its kind, and for docker its base image. Part of the cache key of
     /// gold/base executions, so one sandbox's results are never reused by another.
@@ -406,11 +407,7 @@ pub fn check_relative_path(path: &str) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Locks a mutex, carrying on with the data if a panicking attempt poisoned it: one attempt's
-/// panic must not make every later attempt on the node panic too.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+pub(crate) use reprobench_domain::sync::lock;
 
 #[cfg(test)]
 mod tests {

@@ -15,6 +15,7 @@ use super::{
     PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError, check_relative_path,
 };
 use crate::BoxFuture;
+use crate::ExecutorKind;
 use std::collections::HashMap;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -928,8 +929,8 @@ fn exec_blocking(
 }
 
 impl Sandbox for ProcessSandbox {
-    fn kind(&self) -> &'static str {
-        "process"
+    fn kind(&self) -> ExecutorKind {
+        ExecutorKind::Process
     }
 
     fn identity(&self) -> String {

@@ -206,7 +206,7 @@ async fn monkey_on_a_crash_report_installs_runs_and_replays() {
         ..Default::default()
     });
     let exec = executor(settings, adb.clone());
-    assert_eq!(exec.kind(), "emulator");
+    assert_eq!(exec.kind(), ExecutorKind::Emulator);
     // An emulator already booted in slot 0: no launch, no boot poll.
     assert_eq!(exec.record(0, HealthEvent::Booted), Decision::Keep);
     let o = run(&exec, spec("Notes-1", "monkey")).await;
