@@ -523,8 +523,7 @@ pub async fn preassess(a: PreassessBenchArgs) -> Result<()> {
     let figures = pb::run(&opts, |id| {
         bar.set_message(format!("{id}: K=1, then K={}", opts.replicas))
     })
-    .await
-    .map_err(anyhow::Error::msg)?;
+    .await?;
     bar.finish_and_clear();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);

@@ -8,15 +8,54 @@
 
 use super::guided::{GuidedShape, responder};
 use super::{Config, Variant};
+use crate::agent::AgentError;
 use crate::agent::{Meter, ScriptedLlm};
 use crate::device::Device;
-use crate::sim::{BugKind, Dataset, SimDevice, SimLatency, replay};
+use crate::device::DeviceError;
+use crate::sim::{BugKind, Dataset, ModelError, SimDevice, SimLatency, replay};
 use reprobench_domain::android::BugType;
 use reprobench_gateway::llm::{AssistantTurn, Llm, LlmError};
 use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+/// Why a pre-assessment run could not give its figures.
+#[derive(Debug, thiserror::Error)]
+pub enum PreassessError {
+    /// The simulator dataset did not load.
+    #[error(transparent)]
+    Dataset(#[from] ModelError),
+    /// A chosen report is not in the dataset.
+    #[error("no report `{report}` in {dir}; it has {known}")]
+    UnknownReport {
+        /// The report asked for.
+        report: String,
+        /// The dataset directory.
+        dir: String,
+        /// The reports it has, comma-separated.
+        known: String,
+    },
+    /// The report names an app the dataset has no model of.
+    #[error("report {0} has no app")]
+    NoApp(String),
+    /// The agent failed on a report.
+    #[error("{report}: {error}")]
+    Agent {
+        /// The report.
+        report: String,
+        /// What failed (in the message, not a `source()`, so it prints once).
+        error: AgentError,
+    },
+    /// Replaying the agent's trace on a fresh device failed.
+    #[error("{report}: replaying the trace: {error}")]
+    Replay {
+        /// The report.
+        report: String,
+        /// What failed (in the message, not a `source()`, so it prints once).
+        error: DeviceError,
+    },
+}
 
 /// A client that waits a fixed time before each answer (a stand-in for model latency).
 #[derive(Clone)]
@@ -132,11 +171,11 @@ async fn one_run(
     replicas: usize,
     llm_delay: Duration,
     scale: f64,
-) -> Result<(RunFigures, Vec<crate::device::Action>), String> {
+) -> Result<(RunFigures, Vec<crate::device::Action>), PreassessError> {
     let report = &ds.reports[id];
     let (first, package) = ds
         .device_for(id, latency)
-        .ok_or_else(|| format!("report {id} has no app"))?;
+        .ok_or_else(|| PreassessError::NoApp(id.to_string()))?;
     let others: Vec<SimDevice> = (1..replicas).map(|_| first.replica()).collect();
     let mut devices: Vec<&dyn Device> = vec![&first];
     devices.extend(others.iter().map(|d| d as &dyn Device));
@@ -161,14 +200,20 @@ async fn one_run(
         &meter,
     )
     .await
-    .map_err(|e| format!("{id}: {e}"))?;
+    .map_err(|error| PreassessError::Agent {
+        report: id.to_string(),
+        error,
+    })?;
     let wall = t.elapsed().as_secs_f64() / scale;
     let (fresh, _) = ds
         .device_for(id, SimLatency::ZERO)
-        .ok_or_else(|| format!("report {id} has no app"))?;
+        .ok_or_else(|| PreassessError::NoApp(id.to_string()))?;
     let (screen, crash) = replay(&fresh, &package, &run.trace)
         .await
-        .map_err(|e| format!("{id}: replaying the trace: {e}"))?;
+        .map_err(|error| PreassessError::Replay {
+            report: id.to_string(),
+            error,
+        })?;
     Ok((
         RunFigures {
             wall_s: wall,
@@ -185,19 +230,19 @@ async fn one_run(
 pub async fn run(
     opts: &PreassessOptions,
     mut progress: impl FnMut(&str),
-) -> Result<PreassessFigures, String> {
-    let ds = Dataset::load(Path::new(&opts.dataset_dir)).map_err(|e| e.to_string())?;
+) -> Result<PreassessFigures, PreassessError> {
+    let ds = Dataset::load(Path::new(&opts.dataset_dir))?;
     let ids: Vec<String> = if opts.reports.is_empty() {
         ds.reports.keys().cloned().collect()
     } else {
         opts.reports.clone()
     };
     if let Some(bad) = ids.iter().find(|i| !ds.reports.contains_key(*i)) {
-        return Err(format!(
-            "no report `{bad}` in {}; it has {}",
-            opts.dataset_dir.display(),
-            ds.reports.keys().cloned().collect::<Vec<_>>().join(", ")
-        ));
+        return Err(PreassessError::UnknownReport {
+            report: bad.clone(),
+            dir: opts.dataset_dir.display().to_string(),
+            known: ds.reports.keys().cloned().collect::<Vec<_>>().join(", "),
+        });
     }
     let scale = opts.scale.max(1e-4);
     let latency = SimLatency::default().scaled(scale);
@@ -270,5 +315,23 @@ mod tests {
         );
         assert_eq!(f.per_report[0].k1.actions, f.per_report[0].kn.actions);
         assert!(f.wall_k1_s > 0.0 && f.wall_k4_s > 0.0);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_report_is_named_with_the_ones_there_are() {
+        let opts = PreassessOptions {
+            dataset_dir: crate::sim::source_dataset_dir(),
+            replicas: 2,
+            scale: 0.002,
+            llm_latency_ms: 0,
+            reports: vec!["no-such-report".into()],
+        };
+        match run(&opts, |_| {}).await {
+            Err(PreassessError::UnknownReport { report, known, .. }) => {
+                assert_eq!(report, "no-such-report");
+                assert!(known.split(", ").any(|k| k == "habitflow-07"), "{known}");
+            }
+            other => panic!("expected UnknownReport, got {other:?}"),
+        }
     }
 }
