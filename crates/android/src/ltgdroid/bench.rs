@@ -17,7 +17,7 @@ use reprobench_domain::android::BugType;
 use reprobench_gateway::llm::{AssistantTurn, Llm, LlmError};
 use serde::Serialize;
 use serde_json::Value;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Why a pre-assessment run could not give its figures.
@@ -27,14 +27,14 @@ pub enum PreassessError {
     #[error(transparent)]
     Dataset(#[from] ModelError),
     /// A chosen report is not in the dataset.
-    #[error("no report `{report}` in {dir}; it has {known}")]
+    #[error("no report `{report}` in {}; it has {}", dir.display(), known.join(", "))]
     UnknownReport {
         /// The report asked for.
         report: String,
         /// The dataset directory.
-        dir: String,
-        /// The reports it has, comma-separated.
-        known: String,
+        dir: PathBuf,
+        /// The reports it has.
+        known: Vec<String>,
     },
     /// The report names an app the dataset has no model of.
     #[error("report {0} has no app")]
@@ -88,7 +88,7 @@ impl<L: Llm> Llm for DelayedLlm<L> {
 #[derive(Debug, Clone)]
 pub struct PreassessOptions {
     /// The android-sim suite.
-    pub dataset_dir: std::path::PathBuf,
+    pub dataset_dir: PathBuf,
     /// Replicas of the parallel run (K).
     pub replicas: usize,
     /// Factor applied to every latency (device and LLM) to shorten the run.
@@ -240,8 +240,8 @@ pub async fn run(
     if let Some(bad) = ids.iter().find(|i| !ds.reports.contains_key(*i)) {
         return Err(PreassessError::UnknownReport {
             report: bad.clone(),
-            dir: opts.dataset_dir.display().to_string(),
-            known: ds.reports.keys().cloned().collect::<Vec<_>>().join(", "),
+            dir: opts.dataset_dir.clone(),
+            known: ds.reports.keys().cloned().collect(),
         });
     }
     let scale = opts.scale.max(1e-4);
@@ -298,15 +298,20 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    /// Options for one report of the bundled dataset, time scaled down 500 times.
+    fn options_for(report: &str, replicas: usize, llm_latency_ms: u64) -> PreassessOptions {
+        PreassessOptions {
+            dataset_dir: crate::sim::source_dataset_dir(),
+            replicas,
+            scale: 0.002,
+            llm_latency_ms,
+            reports: vec![report.into()],
+        }
+    }
+
     #[tokio::test]
     async fn replicas_shorten_the_search_and_keep_its_result() {
-        let opts = PreassessOptions {
-            dataset_dir: crate::sim::source_dataset_dir(),
-            replicas: 4,
-            scale: 0.002,
-            llm_latency_ms: 1000,
-            reports: vec!["habitflow-07".into()],
-        };
+        let opts = options_for("habitflow-07", 4, 1000);
         let f = run(&opts, |_| {}).await.unwrap();
         // Times are figures for `bench preassess`, not assertions; the outcome must not change.
         assert!(
@@ -319,17 +324,11 @@ mod tests {
 
     #[tokio::test]
     async fn an_unknown_report_is_named_with_the_ones_there_are() {
-        let opts = PreassessOptions {
-            dataset_dir: crate::sim::source_dataset_dir(),
-            replicas: 2,
-            scale: 0.002,
-            llm_latency_ms: 0,
-            reports: vec!["no-such-report".into()],
-        };
+        let opts = options_for("no-such-report", 2, 0);
         match run(&opts, |_| {}).await {
             Err(PreassessError::UnknownReport { report, known, .. }) => {
                 assert_eq!(report, "no-such-report");
-                assert!(known.split(", ").any(|k| k == "habitflow-07"), "{known}");
+                assert!(known.iter().any(|k| k == "habitflow-07"), "{known:?}");
             }
             other => panic!("expected UnknownReport, got {other:?}"),
         }
