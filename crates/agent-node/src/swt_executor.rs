@@ -120,11 +120,6 @@ fn sandbox_error(e: SandboxError) -> AttemptEnd {
     }
 }
 
-/// The grading nonce: unguessable, from the OS's random number generator (no fallback).
-fn nonce() -> String {
-    reprobench_domain::secret::random_hex(16)
-}
-
 fn fnv_hex(parts: &[&str]) -> String {
     let mut h = reprobench_domain::swt::Fnv::default();
     for p in parts {
@@ -176,7 +171,8 @@ fn limits_key(l: &Limits) -> String {
 /// The cache key of a gold/base execution: a hash of everything that can change its result
 /// (the sandbox, its limits, tracing, the environment, the step and the patches), in `parts`.
 fn execution_cache_key(parts: &[&str]) -> String {
-    let mut all = vec!["swt-exec-v3"];
+    // v4: executions run in a sealed tree, the patches applied out of the test's sight.
+    let mut all = vec!["swt-exec-v4"];
     all.extend_from_slice(parts);
     fnv_hex(&all)
 }
@@ -223,39 +219,29 @@ impl SwtExecutor {
         if let Some(e) = self.cached(job, step) {
             return Ok(e);
         }
-        let nonce = nonce();
         let traced = coverage_files(job.payload);
         let plan = script::Plan {
             test_patch: step.test_patch,
             code_patch: step.post.then_some(job.payload.instance.patch.as_str()),
             test_cmd: &job.payload.env.test_cmd,
             directives: step.directives,
-            nonce: &nonce,
             env: &job.recipe.env_vars,
             setup: &job.payload.env.eval_commands,
             coverage_files: traced.as_deref(),
         };
-        let (files, command) = script::build(&plan);
-        let out = self
-            .sandbox
-            .exec(
-                job.prepared,
-                ExecRequest {
-                    files,
-                    command,
-                    env: vec![],
-                    limits: job.limits.clone(),
-                },
-            )
-            .await?;
-        let report = script::read(&out.output, &nonce);
+        let request = ExecRequest {
+            limits: job.limits.clone(),
+            ..script::build(&plan)
+        };
+        let out = self.sandbox.exec(job.prepared, request).await?;
+        let report = script::read(&out);
         let record = ExecRecord {
             exit_code: if report.started { out.exit_code } else { None },
             timed_out: out.timed_out,
             patches: report.patches,
             command_ms: out.command_time.as_millis() as u64,
             overhead_ms: out.overhead.as_millis() as u64,
-            test_ms: report.test_ns.map(|ns| ns / 1_000_000),
+            test_ms: report.started.then(|| out.command_time.as_millis() as u64),
             cached: false,
             output_truncated: out.output_truncated,
         };
@@ -268,7 +254,10 @@ impl SwtExecutor {
             if let Some(dir) = f.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
-            let tmp = f.with_extension(format!("tmp-{nonce}"));
+            let tmp = f.with_extension(format!(
+                "tmp-{}",
+                reprobench_domain::secret::random_hex(8)
+            ));
             let cached = CachedExecution {
                 record: exec.record.clone(),
                 log: exec.log.clone(),

@@ -3,6 +3,7 @@
 
 use super::tools::ToolBox;
 use super::{TestRun, Workspace};
+use reprobench_sandbox::stage::SUPPORT_ENV;
 use reprobench_sandbox::{ExecRequest, InputFile, Limits, Prepared, Sandbox, SandboxError};
 use reprobench_swt::{patch, script};
 use serde_json::{Value, json};
@@ -90,7 +91,8 @@ impl SandboxWorkspace {
         )
     }
 
-    async fn run_command(&self, files: Vec<InputFile>, command: Vec<String>) -> String {
+    /// Runs `command` in a fresh copy of the repository, with `support` files outside it.
+    async fn run_command(&self, support: Vec<InputFile>, command: Vec<String>) -> String {
         self.commands.fetch_add(1, Ordering::Relaxed);
         let limits = Limits {
             timeout: self.limits.timeout.min(Duration::from_secs(120)),
@@ -101,10 +103,10 @@ impl SandboxWorkspace {
             .exec(
                 &self.prepared,
                 ExecRequest {
-                    files,
+                    support,
                     command,
-                    env: vec![],
                     limits,
+                    ..ExecRequest::default()
                 },
             )
             .await
@@ -225,13 +227,13 @@ impl Workspace for SandboxWorkspace {
             },
             "python" => match string_arg(arguments, "code") {
                 Ok(code) => {
-                    let path = format!("{}/snippet.py", script::HARNESS_DIR);
                     let file = InputFile {
-                        path: path.clone(),
+                        path: "snippet.py".into(),
                         contents: code.into_bytes(),
                         mode: 0o644,
                     };
-                    self.run_command(vec![file], vec!["python".into(), path])
+                    let run = format!("exec python \"${}/snippet.py\"", SUPPORT_ENV);
+                    self.run_command(vec![file], vec!["sh".into(), "-c".into(), run])
                         .await
                 }
                 Err(error) => error.to_string(),
@@ -255,14 +257,11 @@ impl Workspace for SandboxWorkspace {
         let diff = patch::new_file_diff(path, contents);
         let files = patch::diff_files(&diff);
         let directives = patch::test_directives(&files, &self.directive_style);
-        // Unguessable, so the agent's test cannot print the harness's markers itself.
-        let nonce = reprobench_domain::secret::random_hex(16);
-        let (files, command) = script::build(&script::Plan {
+        let request = script::build(&script::Plan {
             test_patch: Some(&diff),
             code_patch: None,
             test_cmd: &self.test_cmd,
             directives: &directives,
-            nonce: &nonce,
             env: &[],
             setup: &[],
             // The agent's own test runs need no coverage.
@@ -273,15 +272,13 @@ impl Workspace for SandboxWorkspace {
             .exec(
                 &self.prepared,
                 ExecRequest {
-                    files,
-                    command,
-                    env: vec![],
                     limits: self.limits.clone(),
+                    ..request
                 },
             )
             .await
             .map_err(WorkspaceError::Sandbox)?;
-        let report = script::read(&out.output, &nonce);
+        let report = script::read(&out);
         if report.patches.iter().any(|p| !p.applied) {
             return Err(WorkspaceError::TestNotWritten {
                 path: path.to_string(),

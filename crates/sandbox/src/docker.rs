@@ -8,10 +8,12 @@
 //! - instance (`reprobench/instance:<EnvRecipe::instance_key>-<content>`): the repository at the
 //!   base commit at [`WORKDIR`], as a git repository, with its install commands run.
 //!
-//! An execution runs in a container with no network, CPU/memory/pids limits and a read-only
-//! root filesystem: the repository is copied into a size-limited tmpfs at `/work`, the input
-//! files come in through a read-only bind mount, and the container is removed afterwards
-//! whatever happens.
+//! An execution runs in a container with no network, CPU/memory/pids limits (refused limits fail
+//! it), a read-only root filesystem, all capabilities dropped but the few its root script needs,
+//! and no new privileges: the inputs come in on its standard input, the tree is prepared out of
+//! the command's sight and sealed ([`crate::stage`]) into a size-limited tmpfs at `/work`, the
+//! command runs as an unprivileged user, and the container is removed afterwards whatever
+//! happens. A sandbox that connects removes the containers that crashed nodes left behind.
 //!
 //! Images are tagged by the recipe's key and a hash of the layer's Dockerfile (its parent, script
 //! and labels) and small context files, so a tag that exists is up to date, also after
@@ -231,6 +233,7 @@ impl DockerSandbox {
     /// Connects to the local Docker engine. Errors with `Infra` when it cannot be reached.
     pub async fn connect(cfg: DockerConfig) -> Result<DockerSandbox, SandboxError> {
         let docker = connect_engine().await?;
+        run::remove_leftovers(&docker).await;
         let usage = load_usage(&cfg.cache_dir.join(USAGE_FILE));
         Ok(DockerSandbox {
             inner: Arc::new(Inner {

@@ -3,7 +3,10 @@
 //! and a virtualenv, for machines without Docker; weaker isolation, and it says so).
 //!
 //! An execution is: a fresh copy of the repository at the base commit with its environment
-//! installed, some files written into it, one command run in it with a timeout, output captured.
+//! installed, some files written into it and some patches applied to it out of the command's
+//! sight, the tree then sealed (see [`stage`]), one command run in it with a timeout, as an
+//! unprivileged user in a world of its own (its own `/tmp`, `/dev/shm`, `HOME`, processes and no
+//! network), output captured, and every process it started ended.
 
 pub use reprobench_domain::registry::ExecutorKind;
 use std::future::Future;
@@ -15,8 +18,11 @@ pub mod docker;
 pub mod process;
 pub(crate) mod python;
 pub mod resolve;
+pub mod stage;
 pub mod system_packages;
 pub mod tree;
+
+pub use stage::PatchOutcome;
 
 /// A boxed future, so sandboxes of different kinds sit behind one trait object.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -298,10 +304,11 @@ impl Default for Limits {
     }
 }
 
-/// A file written into the work directory (the repository root) before the command runs.
+/// A file written into an execution: into its tree ([`ExecRequest::files`]) or its support
+/// directory ([`ExecRequest::support`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputFile {
-    /// Path relative to the work directory; must not escape it.
+    /// Path relative to the directory it goes into; must not escape it.
     pub path: String,
     /// Contents.
     pub contents: Vec<u8>,
@@ -309,12 +316,29 @@ pub struct InputFile {
     pub mode: u32,
 }
 
+/// A patch applied to an execution's tree before its command runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PatchFile {
+    /// What it is (`code`, `test`): the label of its [`PatchOutcome`].
+    pub label: String,
+    /// The diff, as `git apply` reads it.
+    pub contents: Vec<u8>,
+}
+
 /// One execution.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ExecRequest {
-    /// Files to place in the work directory first.
+    /// Files written into the tree, before the patches; they become part of it.
     pub files: Vec<InputFile>,
-    /// argv, run with the work directory as current directory.
+    /// Patches applied in order with `git apply -v` (a failed one does not stop the execution),
+    /// out of the command's sight: neither they nor their output are in its reach.
+    pub patches: Vec<PatchFile>,
+    /// Files placed in a directory outside the tree that the command can read and write; its
+    /// path is in the command's environment as [`stage::SUPPORT_ENV`].
+    pub support: Vec<InputFile>,
+    /// A file of the support directory read back once the command has ended.
+    pub collect: Option<String>,
+    /// argv, run with the tree as current directory.
     pub command: Vec<String>,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
@@ -329,13 +353,22 @@ pub struct ExecOutput {
     pub exit_code: Option<i64>,
     /// The timeout fired and the process tree was killed.
     pub timed_out: bool,
-    /// stdout and stderr, interleaved as written, lossily decoded, cut at `max_output_bytes`.
+    /// The command's stdout and stderr, interleaved as written, lossily decoded, kept within
+    /// `max_output_bytes` (its head and tail).
     pub output: String,
     /// Output was cut.
     pub output_truncated: bool,
+    /// What applying the patches printed (`git apply -v`).
+    pub prepare_log: String,
+    /// How each patch went, in order.
+    pub patches: Vec<PatchOutcome>,
+    /// The command started (the tree was prepared).
+    pub started: bool,
+    /// The [`ExecRequest::collect`] file's contents, when it was there.
+    pub collected: Option<Vec<u8>>,
     /// Time the command ran (from start to exit or kill).
     pub command_time: Duration,
-    /// Time the harness itself spent around it (create, copy in, start, collect, remove).
+    /// Time the harness itself spent around it (copies, patches, sealing, start, cleanup).
     pub overhead: Duration,
 }
 

@@ -173,6 +173,7 @@ fn request(command: &[&str]) -> ExecRequest {
             timeout: Duration::from_secs(120),
             ..Limits::default()
         },
+        ..ExecRequest::default()
     }
 }
 
@@ -333,15 +334,16 @@ async fn prepare_builds_each_layer_once_and_exec_runs_the_tests() {
         out.command_time, out.overhead
     );
 
-    // In /work, a git repository at the base commit, with the pre_install and ignored files.
+    // In /work, a git repository whose one commit is the tree (the pre_install's file in it),
+    // with the ignored files beside it; run as an unprivileged user.
     let out = sb
-        .exec(&a, sh("pwd; git status --porcelain; cat PRE_INSTALLED keep.log; git log --format=%s; which python3"))
+        .exec(&a, sh("pwd; git status --porcelain; cat PRE_INSTALLED keep.log; git log --format=%s; which python3; id -u"))
         .await
         .unwrap();
     assert_ran(&out, 0);
     assert_eq!(
         out.output,
-        "/work\n?? PRE_INSTALLED\npre\ntracked\nreprobench: base commit\n/opt/venv/bin/python3\n"
+        "/work\npre\ntracked\nreprobench: base commit\n/opt/venv/bin/python3\n1000\n"
     );
 
     // A prediction's patch applies with git, and a failing test gives its exit code.

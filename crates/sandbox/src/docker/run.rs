@@ -1,5 +1,16 @@
 //! One execution: a throwaway container with limits, its output, its removal whatever happens.
+//!
+//! The container starts as root with a handful of capabilities and reads its inputs from its
+//! standard input (an archive: the script, the patches, the files, the support files), never
+//! from a mount. The script copies the repository to `/stage` (a tmpfs only root can enter),
+//! writes the files, applies the patches and seals the tree ([`crate::stage`]), unpacks it into
+//! `/work` (a tmpfs of its own, owned by the test's user) in name order, removes the stage, and
+//! then runs the command as an unprivileged user ([`TEST_UID`]) that can gain no privilege. The
+//! script's marker lines carry a nonce that only root's script holds, so the command cannot
+//! print them; it waits for the command, says how it ended, and prints the collected file.
+//! When the script ends, so does the container, and with it every process the command started.
 
+use super::super::stage::{self, SUPPORT_ENV};
 use super::super::{
     CappedOutput, ExecOutput, ExecRequest, Limits, SandboxError, check_relative_path,
 };
@@ -10,59 +21,196 @@ use bollard::models::{
     ContainerCreateBody, ContainerWaitResponse, HostConfig, HostConfigLogConfig,
 };
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptions, RemoveContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptions, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
-use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tracing::{debug, warn};
+use tokio::io::AsyncWriteExt;
+use tracing::{debug, info, warn};
 
-/// Where the input files are bind-mounted (read-only) before being copied into `/work`.
-const INPUT_DIR: &str = "/reprobench-in";
-/// Exit status of the wrapper when it could not set `/work` up (the command never ran).
-/// (Unusual on purpose: the command's own statuses are told apart by the start marker anyway.)
+/// The uid (and gid) the command runs as: no user of the image, not root.
+pub const TEST_UID: u32 = 1000;
+/// Where the support files are in the container.
+const SUPPORT_DIR: &str = "/reprobench";
+/// Exit status of the script when it could not set the tree up (the command never ran).
 const SETUP_FAILED: i64 = 223;
-/// Printed by the wrapper right before it execs the command: marks the command's start and is
-/// stripped from the output.
-const MARKER: &[u8] = b"\x1ereprobench: command starts\x1e\n";
-/// The wrapper, run as `sh -c WRAPPER reprobench-exec ARGV…`: stderr joins stdout so the output
-/// is interleaved as written; the repository, then the input files, go into the tmpfs at /work;
-/// the copy's editable-install roots (listed by the instance layer) go first on PYTHONPATH.
-const WRAPPER: &str = r#"exec 2>&1
-if ! { cp -a /testbed/. /work/ && cp -a /reprobench-in/. /work/ && cd /work; }; then
-  echo "reprobench: copying the repository and the input files into /work failed"
-  exit 223
-fi
-if [ -s /etc/reprobench/editable ]; then
-  p=""
-  while IFS= read -r r; do p="${p:+$p:}/work/$r"; done < /etc/reprobench/editable
-  export PYTHONPATH="$p${PYTHONPATH:+:$PYTHONPATH}"
-fi
-printf '\036reprobench: command starts\036\n'
-exec "$@"
-"#;
+/// The container's command: read the input archive (its length on a first line) from standard
+/// input into root's stage, then run the script. The same for every execution: nothing in it is
+/// the execution's.
+const BOOT: &str = "IFS= read -r n && mkdir -m 700 /stage/in && head -c \"$n\" | tar -x -f - -C /stage/in && exec /bin/sh /stage/in/run.sh </dev/null";
+/// Capabilities root's script needs (copies keeping owners and modes, the switch to the test's
+/// user); the command has none.
+const CAPABILITIES: [&str; 5] = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"];
 /// How long a killed container may take to stop.
 const STOP_GRACE: Duration = Duration::from_secs(60);
 /// How long output may keep arriving after the container stopped.
 const OUTPUT_GRACE: Duration = Duration::from_secs(10);
+/// Label naming the node process that made a container (`HOST/PID-START`), so a later node can
+/// remove the containers of one that is gone.
+const OWNER_LABEL: &str = "reprobench.owner";
+
+/// This process as an owner: host name, pid and start time.
+fn owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}/{}", host.trim(), process_tag(std::process::id()).unwrap_or_default())
+}
+
+/// `PID-START` of a live process (start: field 22 of `/proc/PID/stat`).
+fn process_tag(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    Some(format!("{pid}-{}", after.split_whitespace().nth(19)?))
+}
+
+/// Whether the owner a container names is a node process of this host that is gone.
+fn owner_is_gone(label: &str, this_host: &str) -> bool {
+    let Some((host, tag)) = label.split_once('/') else {
+        return false;
+    };
+    if host != this_host {
+        return false; // another host's: it may be alive
+    }
+    let pid = tag.split('-').next().and_then(|p| p.parse::<u32>().ok());
+    pid.and_then(process_tag).as_deref() != Some(tag)
+}
+
+/// Removes the execution containers that node processes of this host no longer running left
+/// behind (a crashed node's), and stopped ones made before containers named their owner;
+/// returns how many.
+pub(super) async fn remove_leftovers(docker: &Docker) -> usize {
+    let filters = HashMap::from([("label".to_string(), vec![CONTAINER_LABEL.to_string()])]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let containers = match docker.list_containers(Some(options)).await {
+        Ok(c) => c,
+        Err(e) => {
+            warn!(error = %e, "cannot list execution containers to remove leftovers");
+            return 0;
+        }
+    };
+    let this = owner();
+    let this_host = this.split('/').next().unwrap_or_default().to_string();
+    let mut removed = 0;
+    for c in containers {
+        let Some(id) = c.id else { continue };
+        let labels = c.labels.unwrap_or_default();
+        let running = c.state.map(|s| s.to_string()) == Some("running".to_string());
+        let gone = match labels.get(OWNER_LABEL) {
+            Some(owner) => owner_is_gone(owner, &this_host),
+            None => !running,
+        };
+        if !gone {
+            continue;
+        }
+        let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+        match docker.remove_container(&id, Some(options)).await {
+            Ok(()) => removed += 1,
+            Err(e) => warn!(container = %id, error = %e, "cannot remove a leftover execution container"),
+        }
+    }
+    if removed > 0 {
+        info!(removed, "removed execution containers of nodes no longer running");
+    }
+    removed
+}
 
 /// Engine warnings about limits it does not enforce, each logged once per sandbox.
 #[derive(Debug, Default)]
-pub(super) struct LimitWarnings(Mutex<HashSet<String>>);
+pub(super) struct LimitWarnings(Mutex<std::collections::HashSet<String>>);
 
 impl LimitWarnings {
-    fn warn(&self, message: &str) {
-        if self
-            .0
-            .lock()
-            .expect("warnings poisoned")
-            .insert(message.to_string())
-        {
-            warn!(engine = %message, "the Docker engine does not enforce a limit; executions go on without it");
+    fn note(&self, message: &str) {
+        if crate::lock(&self.0).insert(message.to_string()) {
+            warn!(engine = %message, "the Docker engine warned about a limit");
         }
     }
+}
+
+/// The root script of an execution: stage, patches, seal, `/work`, the command, its end.
+fn script(nonce: &str, req: &ExecRequest) -> String {
+    let q = stage::quote;
+    let patches: Vec<(String, String)> = req
+        .patches
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.label.clone(), format!("/stage/in/patches/{i}.patch")))
+        .collect();
+    let command: Vec<String> = req.command.iter().map(|w| q(w)).collect();
+    let collect = req.collect.as_deref().map(|c| format!("{SUPPORT_DIR}/{c}"));
+    let mut s = format!(
+        "N={nonce}\nU={TEST_UID}\nexec 2>&1\n\
+         failed() {{ echo \"REPROBENCH-$N SETUP-FAILED $1\"; exit {SETUP_FAILED}; }}\n\
+         mkdir /stage/repo && cp -a {WORKDIR}/. /stage/repo/ || failed 'copying the repository'\n\
+         cd /stage/repo || failed 'entering the stage'\n\
+         if [ -d /stage/in/files ]; then cp -a /stage/in/files/. . || failed 'writing the files'; fi\n"
+    );
+    s.push_str(stage::FUNCTIONS);
+    s.push_str(&stage::steps(&patches, "/stage/seal"));
+    s.push_str(&format!(
+        "tar {} | (cd /work && tar -x -p -f -) || failed 'unpacking the tree into /work'\n\
+         cd / && rm -rf /stage/repo /stage/seal\n\
+         if [ -d /stage/in/support ]; then cp -a /stage/in/support/. {SUPPORT_DIR}/ || failed 'writing the support files'; fi\n",
+        stage::archive_args(Some(TEST_UID)).join(" ")
+    ));
+    if let Some(c) = &collect {
+        s.push_str(&format!(
+            "mkdir -p \"$(dirname {c})\" && : > {c} && chown \"$U:$U\" {c} || failed 'making the collected file'\n",
+            c = q(c)
+        ));
+    }
+    // The tree's copy of every editable-install root (listed by the instance layer) first on
+    // PYTHONPATH.
+    s.push_str(&format!(
+        "if [ -s /etc/reprobench/editable ]; then\n  p=\"\"\n  while IFS= read -r r; do p=\"${{p:+$p:}}/work/$r\"; done < /etc/reprobench/editable\n  export PYTHONPATH=\"$p${{PYTHONPATH:+:$PYTHONPATH}}\"\nfi\n\
+         export {SUPPORT_ENV}={SUPPORT_DIR}\n\
+         cd /work\n\
+         echo \"REPROBENCH-$N START $(date +%s%N)\"\n\
+         setpriv --reuid=\"$U\" --regid=\"$U\" --clear-groups -- {}\n\
+         rc=$?\n\
+         echo \"REPROBENCH-$N END $rc $(date +%s%N)\"\n",
+        command.join(" ")
+    ));
+    if let Some(c) = &collect {
+        s.push_str(&format!(
+            "if [ -f {c} ]; then base64 {c} | while IFS= read -r l; do echo \"REPROBENCH-$N COLLECT $l\"; done; fi\n",
+            c = q(c)
+        ));
+    }
+    s.push_str("exit $rc\n");
+    s
+}
+
+/// The archive the container reads from its standard input, with its length on a first line.
+fn input_archive(run_sh: &str, req: &ExecRequest) -> Result<Vec<u8>, SandboxError> {
+    let io = |e: std::io::Error| SandboxError::Infra(format!("packing the execution's inputs: {e}"));
+    let mut b = tar::Builder::new(Vec::new());
+    let mut add = |path: &str, contents: &[u8], mode: u32| -> Result<(), SandboxError> {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(contents.len() as u64);
+        h.set_mode(mode & 0o7777);
+        h.set_mtime(stage::SEAL_TIME as u64);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, path, contents).map_err(io)
+    };
+    add("run.sh", run_sh.as_bytes(), 0o700)?;
+    for (i, p) in req.patches.iter().enumerate() {
+        add(&format!("patches/{i}.patch"), &p.contents, 0o600)?;
+    }
+    for (dir, files) in [("files", &req.files), ("support", &req.support)] {
+        for f in files {
+            check_relative_path(&f.path)?;
+            add(&format!("{dir}/{}", f.path), &f.contents, f.mode)?;
+        }
+    }
+    let bytes = b.into_inner().map_err(io)?;
+    let mut out = format!("{}\n", bytes.len()).into_bytes();
+    out.extend_from_slice(&bytes);
+    Ok(out)
 }
 
 /// Runs one execution of `req` in a fresh container of `image`.
@@ -72,13 +220,11 @@ pub(super) async fn exec(
     req: ExecRequest,
     warnings: &LimitWarnings,
 ) -> Result<ExecOutput, SandboxError> {
+    let begun = Instant::now();
     if req.command.is_empty() {
         return Err(SandboxError::BadInput(
             "the execution has an empty command: give argv".into(),
         ));
-    }
-    for f in &req.files {
-        check_relative_path(&f.path)?;
     }
     if let Some((k, _)) = req
         .env
@@ -89,18 +235,11 @@ pub(super) async fn exec(
             "environment variable name `{k}` is not valid: names are non-empty and have no `=`"
         )));
     }
-    let files = req.files.clone();
-    let input = tokio::task::spawn_blocking(move || write_inputs(&files))
-        .await
-        .map_err(|e| SandboxError::Infra(format!("writing input files panicked: {e}")))??;
-
-    let mut argv: Vec<String> = vec![
-        "/bin/sh".into(),
-        "-c".into(),
-        WRAPPER.into(),
-        "reprobench-exec".into(),
-    ];
-    argv.extend(req.command.iter().cloned());
+    if let Some(c) = &req.collect {
+        check_relative_path(c)?;
+    }
+    let nonce = reprobench_domain::secret::random_hex(16);
+    let stdin = input_archive(&script(&nonce, &req), &req)?;
     let mut env: Vec<String> = Vec::new();
     // The root filesystem is read-only: tools that write under $HOME get the tmpfs instead.
     if !req.env.iter().any(|(k, _)| k == "HOME") {
@@ -109,21 +248,207 @@ pub(super) async fn exec(
     env.extend(req.env.iter().map(|(k, v)| format!("{k}={v}")));
     let spec = Spec {
         image,
-        argv,
+        argv: vec!["/bin/sh".into(), "-c".into(), BOOT.into()],
         env,
         limits: &req.limits,
-        input_dir: Some(input.path()),
-        marker: true,
+        stdin: Some(stdin),
+        execution: true,
     };
-    let out = run(docker, spec, warnings).await?;
-    if out.exit_code == Some(SETUP_FAILED) && !out.marker_seen {
-        return Err(SandboxError::BadInput(format!(
-            "could not copy the repository and input files into /work (limits.disk_mb = {} MiB): \
-             raise limits.disk_mb. Output:\n{}",
-            req.limits.disk_mb, out.output.output
+    let ran = run(docker, spec, Framer::new(&nonce, req.limits.max_output_bytes), warnings).await?;
+    let parts = ran.output.finish();
+    let staged = stage::read(&parts.setup, &nonce);
+    if !parts.started {
+        if ran.timed_out {
+            return Err(SandboxError::Infra(format!(
+                "preparing the tree (copies, patches, sealing) took the whole timeout of {:?}",
+                req.limits.timeout
+            )));
+        }
+        let said = staged.log.trim();
+        if ran.exit_code == Some(SETUP_FAILED) {
+            return Err(SandboxError::BadInput(format!(
+                "could not set the execution's tree up in its tmpfs (limits.disk_mb = {} MiB): raise limits.disk_mb. It said: {said}",
+                req.limits.disk_mb
+            )));
+        }
+        return Err(SandboxError::Infra(format!(
+            "the execution container ended ({:?}) before its command started: {said}",
+            ran.exit_code
         )));
     }
-    Ok(out.output)
+    let command_time = match parts.test_ns {
+        Some(ns) => Duration::from_nanos(ns),
+        None => ran.ran_for,
+    };
+    Ok(ExecOutput {
+        exit_code: if ran.timed_out { None } else { ran.exit_code },
+        timed_out: ran.timed_out,
+        output: parts.test,
+        output_truncated: parts.test_truncated,
+        prepare_log: staged.log,
+        patches: staged.patches,
+        started: true,
+        collected: parts.collected,
+        command_time,
+        overhead: begun.elapsed().saturating_sub(command_time),
+    })
+}
+
+/// The longest line read as a marker; longer lines beginning like one are output.
+const MAX_MARKER_LINE: usize = 1 << 16;
+/// What the script printed before the command started (the copies, the patches) keeps at most
+/// this much.
+const SETUP_CAP: usize = 4 << 20;
+
+/// An execution's output as it arrives, split by the script's marker lines (which carry the
+/// nonce): the setup before the command started, the command's output (kept within its cap,
+/// head and tail), its time, and the collected file. A line is held back only while it may
+/// still be a marker, so long lines stream through.
+#[derive(Debug)]
+struct Framer {
+    tag: Vec<u8>,
+    setup: Vec<u8>,
+    test: CappedOutput,
+    collected: Vec<u8>,
+    collecting: bool,
+    started: bool,
+    ended: bool,
+    start_ns: Option<u64>,
+    test_ns: Option<u64>,
+    /// The current line's beginning, held while it may be a marker.
+    line: Vec<u8>,
+    holding: bool,
+    at_line_start: bool,
+}
+
+impl Framer {
+    fn new(nonce: &str, cap: usize) -> Framer {
+        Framer {
+            tag: format!("REPROBENCH-{nonce} ").into_bytes(),
+            setup: Vec::new(),
+            test: CappedOutput::new(cap),
+            collected: Vec::new(),
+            collecting: false,
+            started: false,
+            ended: false,
+            start_ns: None,
+            test_ns: None,
+            line: Vec::new(),
+            holding: false,
+            at_line_start: true,
+        }
+    }
+
+    fn push(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.at_line_start {
+                self.holding = true;
+                self.line.clear();
+                self.at_line_start = false;
+            }
+            let (piece, rest, ends) = match bytes.iter().position(|b| *b == b'\n') {
+                Some(i) => (&bytes[..=i], &bytes[i + 1..], true),
+                None => (bytes, &[][..], false),
+            };
+            if self.holding {
+                self.line.extend_from_slice(piece);
+                let n = self.line.len().min(self.tag.len());
+                if self.line[..n] != self.tag[..n] || self.line.len() > MAX_MARKER_LINE {
+                    self.holding = false;
+                    let line = std::mem::take(&mut self.line);
+                    self.emit(&line);
+                } else if ends {
+                    self.holding = false;
+                    let line = std::mem::take(&mut self.line);
+                    self.marker(&line);
+                }
+            } else {
+                self.emit(piece);
+            }
+            self.at_line_start = ends;
+            bytes = rest;
+        }
+    }
+
+    fn emit(&mut self, bytes: &[u8]) {
+        if self.started {
+            self.test.push(bytes);
+        } else if self.setup.len() < SETUP_CAP {
+            let n = bytes.len().min(SETUP_CAP - self.setup.len());
+            self.setup.extend_from_slice(&bytes[..n]);
+        }
+    }
+
+    fn marker(&mut self, line: &[u8]) {
+        let text = String::from_utf8_lossy(line);
+        let words: Vec<&str> = text
+            .get(self.tag.len()..)
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        match words.as_slice() {
+            ["START", t] if !self.started => {
+                self.started = true;
+                self.start_ns = t.parse().ok();
+            }
+            ["END", _, t] if self.started && !self.ended => {
+                self.ended = true;
+                self.test_ns = self
+                    .start_ns
+                    .zip(t.parse::<u64>().ok())
+                    .map(|(a, b)| b.saturating_sub(a));
+            }
+            ["COLLECT", chunk] if self.ended => {
+                self.collecting = true;
+                self.collected.extend_from_slice(chunk.as_bytes());
+            }
+            // The stage's markers stay in the setup text for `stage::read`; anything else is
+            // output.
+            _ => self.emit(line),
+        }
+    }
+
+    /// The output ended.
+    fn finish(mut self) -> Framed {
+        use base64::Engine;
+        if self.holding {
+            let line = std::mem::take(&mut self.line);
+            self.emit(&line);
+        }
+        let (test, truncated) = self.test.finish();
+        Framed {
+            setup: String::from_utf8_lossy(&self.setup).into_owned(),
+            started: self.started,
+            test: String::from_utf8_lossy(&test).into_owned(),
+            test_truncated: truncated,
+            test_ns: self.test_ns,
+            collected: self
+                .collecting
+                .then(|| {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(&self.collected)
+                        .ok()
+                })
+                .flatten(),
+        }
+    }
+}
+
+/// An execution's output, framed.
+#[derive(Debug, Default, PartialEq)]
+struct Framed {
+    /// Before the command started: the copies, the patches (for [`stage::read`]).
+    setup: String,
+    /// The command started.
+    started: bool,
+    /// The command's output, and whatever its leftovers printed after it ended.
+    test: String,
+    /// Its middle was left out.
+    test_truncated: bool,
+    /// Nanoseconds the command ran, by the container's clock.
+    test_ns: Option<u64>,
+    /// The collected file, when printed.
+    collected: Option<Vec<u8>>,
 }
 
 /// Python major.minor of an image, by running `python3` in it.
@@ -148,19 +473,20 @@ pub(super) async fn python_version(
         argv: argv.iter().map(|s| s.to_string()).collect(),
         env: Vec::new(),
         limits: &limits,
-        input_dir: None,
-        marker: false,
+        stdin: None,
+        execution: false,
     };
-    let out = run(docker, spec, warnings).await?.output;
-    let version = out.output.trim();
+    let ran = run(docker, spec, CappedOutput::new(64 << 10), warnings).await?;
+    let (bytes, _) = ran.output.finish();
+    let text = String::from_utf8_lossy(&bytes);
+    let version = text.trim();
     let looks_right =
         version.split('.').count() == 2 && version.split('.').all(|p| p.parse::<u32>().is_ok());
-    if out.exit_code != Some(0) || !looks_right {
+    if ran.exit_code != Some(0) || !looks_right {
         return Err(SandboxError::Infra(format!(
             "base image {image} cannot tell its Python version (`python3` exited with {:?}): {}; \
              rebuild it with `reprobench images bootstrap --force` or pass another base image",
-            out.exit_code,
-            out.output.trim()
+            ran.exit_code, version
         )));
     }
     debug!(image, version, "base image Python");
@@ -173,52 +499,57 @@ struct Spec<'a> {
     argv: Vec<String>,
     env: Vec<String>,
     limits: &'a Limits,
-    /// Host directory bound read-only at [`INPUT_DIR`].
-    input_dir: Option<&'a Path>,
-    /// The command prints [`MARKER`] when it starts.
-    marker: bool,
+    /// Bytes written to the container's standard input once it started.
+    stdin: Option<Vec<u8>>,
+    /// An execution (its tmpfs mounts), not a probe of the image.
+    execution: bool,
 }
 
-/// What came back, plus whether the wrapper reached the command.
-struct Ran {
-    output: ExecOutput,
+/// Where a container's output goes as it arrives.
+trait Sink: Send + 'static {
+    fn take(&mut self, bytes: &[u8]);
+}
+
+impl Sink for CappedOutput {
+    fn take(&mut self, bytes: &[u8]) {
+        self.push(bytes);
+    }
+}
+
+impl Sink for Framer {
+    fn take(&mut self, bytes: &[u8]) {
+        self.push(bytes);
+    }
+}
+
+/// What came back.
+struct Ran<S> {
+    output: S,
     exit_code: Option<i64>,
-    marker_seen: bool,
+    timed_out: bool,
+    /// From start to exit or kill.
+    ran_for: Duration,
 }
 
-/// Creates, runs, and removes one container.
-async fn run(
+/// Creates, runs, and removes one container, its output going to `sink`.
+async fn run<S: Sink>(
     docker: &Docker,
     spec: Spec<'_>,
+    sink: S,
     warnings: &LimitWarnings,
-) -> Result<Ran, SandboxError> {
-    let begun = Instant::now();
+) -> Result<Ran<S>, SandboxError> {
     let id = create(docker, &spec, warnings).await?;
     let mut container = Container {
         docker: docker.clone(),
         id,
         removed: false,
     };
-    let driven = drive(docker, &container.id, &spec).await;
+    let driven = drive(docker, &container.id, &spec, sink).await;
     // Removed on every path: here when we get this far, by the guard's Drop when cancelled.
     if let Err(e) = container.remove().await {
         warn!(container = %container.id, error = %e, "cannot remove execution container");
     }
-    let driven = driven?;
-    let command_time = driven.command_time;
-    let exit_code = driven.exit_code;
-    Ok(Ran {
-        output: ExecOutput {
-            exit_code,
-            timed_out: driven.timed_out,
-            output: String::from_utf8_lossy(&driven.output).into_owned(),
-            output_truncated: driven.output_truncated,
-            command_time,
-            overhead: begun.elapsed().saturating_sub(command_time),
-        },
-        exit_code,
-        marker_seen: driven.marker_seen,
-    })
+    driven
 }
 
 /// A limit the engine may refuse to set on this kernel.
@@ -229,7 +560,17 @@ enum Limit {
     Pids,
 }
 
-/// Which limit an engine error says is unsupported, if that is what it says.
+impl Limit {
+    fn name(self) -> &'static str {
+        match self {
+            Limit::Cpu => "CPU",
+            Limit::Memory => "memory",
+            Limit::Pids => "process",
+        }
+    }
+}
+
+/// Which limit an engine error or warning says is not enforced, if that is what it says.
 fn unsupported_limit(message: &str) -> Option<Limit> {
     let m = message.to_lowercase();
     if !(m.contains("does not support")
@@ -249,38 +590,68 @@ fn unsupported_limit(message: &str) -> Option<Limit> {
     }
 }
 
-fn container_body(spec: &Spec<'_>, dropped: &HashSet<Limit>) -> ContainerCreateBody {
+/// The engine's warning that it cannot limit swap matters only where there is swap to use.
+fn host_has_swap() -> bool {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("SwapTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|v| v != "0"))
+        })
+        .unwrap_or(true)
+}
+
+fn refused(limit: Limit, message: &str) -> SandboxError {
+    SandboxError::Infra(format!(
+        "the Docker engine does not enforce the {} limit here ({message}), and executions are not run without it: give the engine's cgroups that controller (for swap on cgroup v1, boot with swapaccount=1), or use another node",
+        limit.name()
+    ))
+}
+
+fn container_body(spec: &Spec<'_>) -> ContainerCreateBody {
     let l = spec.limits;
     let positive = |v: i64| (v > 0).then_some(v);
-    let memory = positive((l.memory_mb as i64).saturating_mul(1 << 20))
-        .filter(|_| !dropped.contains(&Limit::Memory));
-    let size = if l.disk_mb > 0 {
-        format!(",size={}m", l.disk_mb)
-    } else {
-        String::new()
+    let memory = positive((l.memory_mb as i64).saturating_mul(1 << 20));
+    let size = |mb: u64| {
+        if mb > 0 {
+            format!(",size={mb}m")
+        } else {
+            String::new()
+        }
     };
-    let tmpfs = HashMap::from([
-        (
-            "/work".to_string(),
-            format!("rw,exec,nosuid,nodev,mode=1777{size}"),
-        ),
-        (
-            "/tmp".to_string(),
-            format!("rw,exec,nosuid,nodev,mode=1777{size}"),
-        ),
-    ]);
+    let mut tmpfs = HashMap::from([(
+        "/tmp".to_string(),
+        format!("rw,exec,nosuid,nodev,mode=1777{}", size(l.disk_mb)),
+    )]);
+    if spec.execution {
+        tmpfs.extend([
+            (
+                "/stage".to_string(),
+                format!("rw,exec,nosuid,nodev,mode=0700{}", size(l.disk_mb.saturating_mul(2))),
+            ),
+            (
+                "/work".to_string(),
+                format!(
+                    "rw,exec,nosuid,nodev,mode=0755,uid={TEST_UID},gid={TEST_UID}{}",
+                    size(l.disk_mb)
+                ),
+            ),
+            (
+                SUPPORT_DIR.to_string(),
+                format!("rw,nosuid,nodev,mode=0755{}", size(l.disk_mb)),
+            ),
+        ]);
+    }
     let host_config = HostConfig {
         network_mode: Some("none".into()),
-        nano_cpus: positive((l.cpus * 1e9) as i64).filter(|_| !dropped.contains(&Limit::Cpu)),
+        nano_cpus: positive((l.cpus * 1e9) as i64),
         memory,
         // Swap equal to memory: no swap on top, so the memory limit is the limit.
         memory_swap: memory,
-        pids_limit: positive(l.pids as i64).filter(|_| !dropped.contains(&Limit::Pids)),
+        pids_limit: positive(l.pids as i64),
         readonly_rootfs: Some(true),
         tmpfs: Some(tmpfs),
-        binds: spec
-            .input_dir
-            .map(|d| vec![format!("{}:{INPUT_DIR}:ro", d.display())]),
         // The output is collected through attach; a log driver would copy it to the host disk.
         log_config: Some(HostConfigLogConfig {
             typ: Some("none".into()),
@@ -288,18 +659,26 @@ fn container_body(spec: &Spec<'_>, dropped: &HashSet<Limit>) -> ContainerCreateB
         }),
         // An init as PID 1 reaps orphans, which would otherwise count against the pids limit.
         init: Some(true),
+        cap_drop: Some(vec!["ALL".into()]),
+        cap_add: Some(CAPABILITIES.iter().map(|c| c.to_string()).collect()),
         security_opt: Some(vec!["no-new-privileges".into()]),
         ..Default::default()
     };
+    let with_stdin = spec.stdin.is_some();
     ContainerCreateBody {
         image: Some(spec.image.to_string()),
         cmd: Some(spec.argv.clone()),
         env: Some(spec.env.clone()),
-        working_dir: Some(if spec.marker { WORKDIR } else { "/" }.into()),
+        user: Some("0:0".into()),
+        working_dir: Some("/".into()),
         labels: Some(HashMap::from([
             (CONTAINER_LABEL.to_string(), "docker".to_string()),
             ("reprobench.image".to_string(), spec.image.to_string()),
+            (OWNER_LABEL.to_string(), owner()),
         ])),
+        attach_stdin: Some(with_stdin),
+        open_stdin: Some(with_stdin),
+        stdin_once: Some(with_stdin),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
         tty: Some(false),
@@ -308,48 +687,46 @@ fn container_body(spec: &Spec<'_>, dropped: &HashSet<Limit>) -> ContainerCreateB
     }
 }
 
-/// Creates the container, dropping limits the engine refuses as unsupported (with a warning).
+/// Creates the container; a limit the engine refuses, or says it will not enforce, fails it.
 async fn create(
     docker: &Docker,
     spec: &Spec<'_>,
     warnings: &LimitWarnings,
 ) -> Result<String, SandboxError> {
-    let mut dropped = HashSet::new();
-    loop {
-        match docker
-            .create_container(
-                None::<CreateContainerOptions>,
-                container_body(spec, &dropped),
-            )
-            .await
-        {
-            Ok(r) => {
-                for w in &r.warnings {
-                    warnings.warn(w);
+    match docker
+        .create_container(None::<CreateContainerOptions>, container_body(spec))
+        .await
+    {
+        Ok(r) => {
+            for w in &r.warnings {
+                warnings.note(w);
+                let swap_only = w.to_lowercase().contains("swap") && !host_has_swap();
+                if let Some(limit) = unsupported_limit(w).filter(|_| !swap_only) {
+                    let options = RemoveContainerOptionsBuilder::new().force(true).build();
+                    let _ = docker.remove_container(&r.id, Some(options)).await;
+                    return Err(refused(limit, w));
                 }
-                return Ok(r.id);
             }
-            Err(EngineError::DockerResponseServerError {
-                status_code,
-                message,
-            }) => {
-                if let Some(limit) = unsupported_limit(&message).filter(|l| !dropped.contains(l)) {
-                    warnings.warn(&message);
-                    dropped.insert(limit);
-                    continue;
-                }
-                if status_code == 404 {
-                    return Err(SandboxError::Infra(format!(
-                        "image {} is gone from the engine ({message}): prepare the instance again",
-                        spec.image
-                    )));
-                }
+            Ok(r.id)
+        }
+        Err(EngineError::DockerResponseServerError {
+            status_code,
+            message,
+        }) => {
+            if let Some(limit) = unsupported_limit(&message) {
+                return Err(refused(limit, &message));
+            }
+            if status_code == 404 {
                 return Err(SandboxError::Infra(format!(
-                    "the Docker engine refused to create the execution container: {message}"
+                    "image {} is gone from the engine ({message}): prepare the instance again",
+                    spec.image
                 )));
             }
-            Err(e) => return Err(engine_error("creating the execution container", e)),
+            Err(SandboxError::Infra(format!(
+                "the Docker engine refused to create the execution container: {message}"
+            )))
         }
+        Err(e) => Err(engine_error("creating the execution container", e)),
     }
 }
 
@@ -399,19 +776,17 @@ impl Drop for Container {
     }
 }
 
-struct Driven {
-    exit_code: Option<i64>,
-    timed_out: bool,
-    output: Vec<u8>,
-    output_truncated: bool,
-    marker_seen: bool,
-    command_time: Duration,
-}
-
-/// Attaches, starts, waits with the timeout (killing the container when it passes), collects.
-async fn drive(docker: &Docker, id: &str, spec: &Spec<'_>) -> Result<Driven, SandboxError> {
+/// Attaches, starts, feeds the input, waits with the timeout (killing the container when it
+/// passes), collects.
+async fn drive<S: Sink>(
+    docker: &Docker,
+    id: &str,
+    spec: &Spec<'_>,
+    sink: S,
+) -> Result<Ran<S>, SandboxError> {
     let options = AttachContainerOptionsBuilder::new()
         .stream(true)
+        .stdin(spec.stdin.is_some())
         .stdout(true)
         .stderr(true)
         .build();
@@ -420,35 +795,39 @@ async fn drive(docker: &Docker, id: &str, spec: &Spec<'_>) -> Result<Driven, San
         .attach_container(id, Some(options))
         .await
         .map_err(|e| engine_error("attaching to the execution container", e))?;
-    let collector = Arc::new(Mutex::new(Collector::new(
-        spec.limits.max_output_bytes,
-        spec.marker,
-    )));
+    let collector = Arc::new(Mutex::new(Some(sink)));
     let mut reader = tokio::spawn({
         let collector = collector.clone();
         let mut stream = attached.output;
         async move {
             while let Some(Ok(chunk)) = stream.next().await {
-                collector
-                    .lock()
-                    .expect("collector poisoned")
-                    .push(chunk.as_ref(), Instant::now());
+                if let Some(sink) = crate::lock(&collector).as_mut() {
+                    sink.take(chunk.as_ref());
+                }
             }
         }
     });
     let _stop_reader = AbortOnDrop(reader.abort_handle());
+    // Kept open until the end: closing it may end the attached connection.
+    let mut input = attached.input;
 
     docker
         .start_container(id, None)
         .await
         .map_err(|e| engine_error("starting the execution container", e))?;
     let started = Instant::now();
+    if let Some(bytes) = &spec.stdin {
+        input
+            .write_all(bytes)
+            .await
+            .map_err(|e| SandboxError::Infra(format!("sending the inputs to the execution container: {e}")))?;
+        let _ = input.flush().await;
+    }
     let mut wait = Box::pin(docker.wait_container(id, None));
     let deadline = tokio::time::Instant::from_std(started + spec.limits.timeout);
-    let (exit_code, timed_out, ended) = match tokio::time::timeout_at(deadline, wait.next()).await {
-        Ok(status) => (Some(exit_status(status)?), false, Instant::now()),
+    let (exit_code, timed_out) = match tokio::time::timeout_at(deadline, wait.next()).await {
+        Ok(status) => (Some(exit_status(status)?), false),
         Err(_) => {
-            let ended = Instant::now();
             // SIGKILL to the container's PID 1 ends its whole PID namespace: every process.
             let killed = docker.kill_container(id, None).await;
             let status = tokio::time::timeout(STOP_GRACE, wait.next()).await.map_err(|_| {
@@ -457,15 +836,16 @@ async fn drive(docker: &Docker, id: &str, spec: &Spec<'_>) -> Result<Driven, San
                 ))
             })?;
             match killed {
-                Ok(()) => (None, true, ended),
+                Ok(()) => (None, true),
                 // It exited on its own just as the timeout passed: that is a normal exit.
                 Err(EngineError::DockerResponseServerError {
                     status_code: 409, ..
-                }) => (Some(exit_status(status)?), false, ended),
+                }) => (Some(exit_status(status)?), false),
                 Err(e) => return Err(engine_error("killing the timed-out execution container", e)),
             }
         }
     };
+    let ran_for = started.elapsed();
     // The attach stream ends once the container has stopped; do not wait forever for it.
     if tokio::time::timeout(OUTPUT_GRACE, &mut reader)
         .await
@@ -473,12 +853,7 @@ async fn drive(docker: &Docker, id: &str, spec: &Spec<'_>) -> Result<Driven, San
     {
         warn!(container = %id, "output did not end after the container stopped; keeping what came");
     }
-    let mut output = std::mem::replace(&mut *crate::lock(&collector), Collector::new(0, false));
-    output.finish();
-    let command_start = match output.marker {
-        Marker::Seen(at) => at,
-        _ => started,
-    };
+    drop(input);
     if exit_code == Some(137) && !timed_out {
         let oom = docker
             .inspect_container(id, None)
@@ -491,15 +866,14 @@ async fn drive(docker: &Docker, id: &str, spec: &Spec<'_>) -> Result<Driven, San
             warn!(container = %id, memory_mb = spec.limits.memory_mb, "execution was killed for exceeding its memory limit");
         }
     }
-    let marker_seen = matches!(output.marker, Marker::Seen(_));
-    let (output, output_truncated) = output.kept.finish();
-    Ok(Driven {
+    let output = crate::lock(&collector)
+        .take()
+        .expect("the output is taken once");
+    Ok(Ran {
+        output,
         exit_code,
         timed_out,
-        output,
-        output_truncated,
-        marker_seen,
-        command_time: ended.saturating_duration_since(command_start),
+        ran_for,
     })
 }
 
@@ -526,149 +900,97 @@ fn exit_status(
     }
 }
 
-/// Whether the start marker was seen.
-#[derive(Debug, Clone, PartialEq)]
-enum Marker {
-    /// Not expected.
-    Off,
-    /// Expected; the first bytes so far (a prefix of the marker).
-    Waiting(Vec<u8>),
-    /// Seen when.
-    Seen(Instant),
-    /// Expected but the output began otherwise.
-    Absent,
-}
-
-/// Output as it arrives: kept within a cap (its head and tail), the start marker stripped.
-#[derive(Debug)]
-struct Collector {
-    kept: CappedOutput,
-    marker: Marker,
-}
-
-impl Collector {
-    fn new(max: usize, marker: bool) -> Self {
-        Collector {
-            kept: CappedOutput::new(max),
-            marker: if marker {
-                Marker::Waiting(Vec::new())
-            } else {
-                Marker::Off
-            },
-        }
-    }
-
-    fn push(&mut self, bytes: &[u8], now: Instant) {
-        let Marker::Waiting(head) = &mut self.marker else {
-            self.keep(bytes);
-            return;
-        };
-        head.extend_from_slice(bytes);
-        let head = std::mem::take(head);
-        if head.starts_with(MARKER) {
-            self.marker = Marker::Seen(now);
-            self.keep(&head[MARKER.len()..]);
-        } else if MARKER.starts_with(&head) {
-            self.marker = Marker::Waiting(head);
-        } else {
-            self.marker = Marker::Absent;
-            self.keep(&head);
-        }
-    }
-
-    /// The output ended: a partial marker was output after all.
-    fn finish(&mut self) {
-        if let Marker::Waiting(head) = &mut self.marker {
-            let head = std::mem::take(head);
-            self.marker = Marker::Absent;
-            self.keep(&head);
-        }
-    }
-
-    fn keep(&mut self, bytes: &[u8]) {
-        self.kept.push(bytes);
-    }
-}
-
-/// Writes the input files into a fresh host directory (bound read-only into the container).
-fn write_inputs(files: &[super::super::InputFile]) -> Result<tempfile::TempDir, SandboxError> {
-    use std::os::unix::fs::PermissionsExt;
-    let io = |e: std::io::Error| {
-        SandboxError::Infra(format!("cannot write input files to the temp dir: {e}"))
-    };
-    let dir = tempfile::Builder::new()
-        .prefix("reprobench-in-")
-        .tempdir()
-        .map_err(io)?;
-    // Readable by the container's root even when the engine remaps users.
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).map_err(io)?;
-    for f in files {
-        let path = dir.path().join(&f.path);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io)?;
-        }
-        std::fs::write(&path, &f.contents).map_err(io)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode & 0o7777))
-            .map_err(io)?;
-    }
-    Ok(dir)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_wrapper_prints_the_marker_and_its_setup_status() {
-        let printf = WRAPPER.lines().find(|l| l.starts_with("printf")).unwrap();
-        let out = std::process::Command::new("sh")
-            .args(["-c", printf])
-            .output()
-            .unwrap();
-        assert_eq!(out.stdout, MARKER);
-        assert!(WRAPPER.contains(&format!("exit {SETUP_FAILED}\n")));
+    fn framed(chunks: &[&str], cap: usize) -> Framed {
+        let mut f = Framer::new("n1", cap);
+        for c in chunks {
+            f.push(c.as_bytes());
+        }
+        f.finish()
     }
 
     #[test]
-    fn marker_is_stripped_even_when_split() {
-        let t = Instant::now();
-        let mut c = Collector::new(100, true);
-        c.push(&MARKER[..5], t);
-        assert_eq!(c.marker, Marker::Waiting(MARKER[..5].to_vec()));
-        let mut rest = MARKER[5..].to_vec();
-        rest.extend_from_slice(b"hello");
-        c.push(&rest, t);
-        c.push(b" world", t);
-        c.finish();
-        assert_eq!(c.marker, Marker::Seen(t));
-        assert_eq!(c.kept.finish().0, b"hello world");
+    fn output_is_framed_by_the_scripts_markers_and_forged_ones_stay_the_tests() {
+        let text = "Checking patch a.py...\nREPROBENCH-n1 APPLY code 0 -\nREPROBENCH-n1 SEALED\n\
+                    REPROBENCH-n1 START 1000\nPASSED t.py::a\nREPROBENCH-x END 0 9\n\
+                    REPROBENCH-n1 APPLY test 0 -\nREPROBENCH-n1 END 1 5000\nlate output\n\
+                    REPROBENCH-n1 COLLECT aGk=\nREPROBENCH-n1 END 0 9999\n";
+        // Whatever the chunking.
+        for size in [1, 3, 7, 64, text.len()] {
+            let chunks: Vec<&str> = (0..text.len())
+                .step_by(size)
+                .map(|i| &text[i..(i + size).min(text.len())])
+                .collect();
+            let p = framed(&chunks, 1 << 20);
+            assert!(p.started);
+            assert_eq!(
+                p.setup,
+                "Checking patch a.py...\nREPROBENCH-n1 APPLY code 0 -\nREPROBENCH-n1 SEALED\n"
+            );
+            assert_eq!(
+                p.test,
+                "PASSED t.py::a\nREPROBENCH-x END 0 9\nREPROBENCH-n1 APPLY test 0 -\nlate output\nREPROBENCH-n1 END 0 9999\n",
+                "chunks of {size}"
+            );
+            assert_eq!(p.test_ns, Some(4000));
+            assert_eq!(p.collected.as_deref(), Some(&b"hi"[..]));
+        }
+        let r = stage::read(&framed(&[text], 1 << 20).setup, "n1");
+        assert!(r.sealed && r.patches[0].applied);
+        // Killed before its end: no time, nothing collected; a partial last line is kept.
+        let p = framed(&["REPROBENCH-n1 START 1\nstill running\nREPROB"], 1 << 20);
+        assert_eq!(
+            (p.test.as_str(), p.test_ns, p.collected),
+            ("still running\nREPROB", None, None)
+        );
     }
 
     #[test]
-    fn output_without_marker_is_kept_whole() {
-        let t = Instant::now();
-        let mut c = Collector::new(100, true);
-        c.push(b"cp: error", t);
-        c.finish();
-        assert_eq!(c.marker, Marker::Absent);
-        assert_eq!(c.kept.finish().0, b"cp: error");
-        let mut c = Collector::new(100, true);
-        c.push(&MARKER[..3], t);
-        c.finish();
-        assert_eq!(c.kept.finish().0, &MARKER[..3]);
+    fn the_cap_applies_to_the_command_output_alone() {
+        let long = "x".repeat(10_000);
+        let p = framed(
+            &["Applied patch a.py cleanly.\nREPROBENCH-n1 START 1\n", &long, "\nthe end\n", "REPROBENCH-n1 END 0 2\n"],
+            1000,
+        );
+        assert_eq!(p.setup, "Applied patch a.py cleanly.\n");
+        assert!(p.test_truncated);
+        assert!(p.test.starts_with(&"x".repeat(500)), "{}", p.test);
+        assert!(p.test.ends_with("\nthe end\n"), "{}", p.test);
     }
 
     #[test]
-    fn output_is_kept_within_the_cap() {
-        let t = Instant::now();
-        let mut c = Collector::new(8, false);
-        c.push(b"ab\n", t);
-        c.push(b"cdef\nghij\nkl", t);
-        let (kept, truncated) = c.kept.finish();
-        let kept = String::from_utf8(kept).unwrap();
-        assert!(truncated);
-        assert!(kept.starts_with("ab\nc\n[reprobench: 9 bytes"), "{kept}");
-        assert!(kept.ends_with("bytes]\nkl"), "{kept}");
+    fn the_script_holds_the_nonce_and_the_patches_and_the_container_command_neither() {
+        let req = ExecRequest {
+            patches: vec![crate::PatchFile {
+                label: "code".into(),
+                contents: b"diff".to_vec(),
+            }],
+            command: vec!["bash".into(), "-c".into(), "echo 'hi'".into()],
+            collect: Some("counts.jsonl".into()),
+            ..ExecRequest::default()
+        };
+        let s = script("nonce123", &req);
+        assert!(s.starts_with("N=nonce123\n"));
+        assert!(s.contains("apply code /stage/in/patches/0.patch"));
+        assert!(s.contains("setpriv --reuid=\"$U\" --regid=\"$U\" --clear-groups -- bash -c 'echo '\\''hi'\\'''"), "{s}");
+        assert!(s.find("rm -rf /stage/repo").unwrap() < s.find(" START ").unwrap());
+        assert!(!BOOT.contains("nonce") && !BOOT.contains("patch"));
+        let archive = input_archive(&s, &req).unwrap();
+        let (len, rest) = archive.split_at(archive.iter().position(|b| *b == b'\n').unwrap() + 1);
+        assert_eq!(
+            std::str::from_utf8(len).unwrap().trim().parse::<usize>().unwrap(),
+            rest.len()
+        );
+        let mut names: Vec<String> = tar::Archive::new(rest)
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["patches/0.patch", "run.sh"]);
     }
 
     #[test]
@@ -692,10 +1014,12 @@ mod tests {
         for (msg, want) in cases {
             assert_eq!(unsupported_limit(msg), want, "{msg}");
         }
+        let e = refused(Limit::Pids, "no pids").to_string();
+        assert!(e.contains("process limit") && e.contains("not run without it"), "{e}");
     }
 
     #[test]
-    fn limits_become_host_config() {
+    fn limits_and_privileges_become_host_config() {
         let limits = Limits {
             cpus: 1.5,
             memory_mb: 512,
@@ -708,24 +1032,36 @@ mod tests {
             argv: vec!["true".into()],
             env: vec![],
             limits: &limits,
-            input_dir: Some(Path::new("/tmp/in")),
-            marker: true,
+            stdin: Some(vec![]),
+            execution: true,
         };
-        let hc = container_body(&spec, &HashSet::new()).host_config.unwrap();
+        let body = container_body(&spec);
+        assert_eq!(body.user.as_deref(), Some("0:0"));
+        assert_eq!(body.open_stdin, Some(true));
+        let hc = body.host_config.unwrap();
         assert_eq!(hc.network_mode.as_deref(), Some("none"));
         assert_eq!(hc.nano_cpus, Some(1_500_000_000));
         assert_eq!(hc.memory, Some(512 << 20));
         assert_eq!(hc.memory_swap, hc.memory);
         assert_eq!(hc.pids_limit, Some(64));
         assert_eq!(hc.readonly_rootfs, Some(true));
+        assert_eq!(hc.cap_drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(hc.security_opt, Some(vec!["no-new-privileges".to_string()]));
+        let tmpfs = hc.tmpfs.unwrap();
         assert_eq!(
-            hc.tmpfs.unwrap()["/work"],
-            "rw,exec,nosuid,nodev,mode=1777,size=100m"
+            tmpfs["/work"],
+            "rw,exec,nosuid,nodev,mode=0755,uid=1000,gid=1000,size=100m"
         );
-        assert_eq!(hc.binds.unwrap(), ["/tmp/in:/reprobench-in:ro"]);
-        let hc = container_body(&spec, &HashSet::from([Limit::Pids, Limit::Cpu]))
-            .host_config
-            .unwrap();
-        assert_eq!((hc.pids_limit, hc.nano_cpus), (None, None));
+        assert_eq!(tmpfs["/stage"], "rw,exec,nosuid,nodev,mode=0700,size=200m");
+        assert!(hc.binds.is_none(), "nothing of the host is mounted");
+    }
+
+    #[test]
+    fn an_owner_of_another_host_is_never_judged_gone() {
+        assert!(!owner_is_gone("elsewhere/1-1", "here"));
+        let me = owner();
+        let host = me.split('/').next().unwrap();
+        assert!(!owner_is_gone(&me, host), "this process is alive");
+        assert!(owner_is_gone(&format!("{host}/4294967294-1"), host), "no such process");
     }
 }

@@ -1,0 +1,928 @@
+//! One execution of the process sandbox, in two sandboxes of bubblewrap (`bwrap`) one after the
+//! other, so that what prepares the tree and what runs the command never meet:
+//!
+//! 1. **stage**: the checkout is copied to a stage directory on the host; a first sandbox (no
+//!    network, its own processes, the stage and the patches the only writable and readable
+//!    things of the harness's) writes the files, applies the patches and seals the tree
+//!    ([`crate::stage`]);
+//! 2. **command**: the sealed stage is archived on the host and streamed into a second sandbox,
+//!    which unpacks it into a fresh tmpfs at the checkout's own path (so editable installs and
+//!    console scripts find it), signals that it is ready, and runs the command as an
+//!    unprivileged user: its own `/tmp`, `/dev/shm`, `HOME` and `TMPDIR` (tmpfs, gone with it), its
+//!    own PID namespace (every process it started dies when the command ends or is killed at the
+//!    timeout, `setsid` or not), no network, the environment read-only, the support files
+//!    read-only but for the one file collected afterwards, and nothing else of the host's but the
+//!    system directories.
+//!
+//! A node allowed to run unisolated (`--allow-unisolated-process`) runs the same two phases as
+//! plain processes: a process group killed at the end, and nothing hidden.
+
+use super::{ENV_FILE, EXEC_ENV_FILE, infra, read_env_file};
+use crate::stage::{self, SUPPORT_ENV};
+use crate::{CappedOutput, ExecOutput, ExecRequest, SandboxError, check_relative_path};
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where the support directory is inside the command's sandbox.
+const SUPPORT_DIR: &str = "/reprobench";
+/// Where the stage is inside the stage sandbox.
+const STAGE_DIR: &str = "/stage";
+/// Where the patches and the stage script are inside the stage sandbox.
+const INPUT_DIR: &str = "/in";
+/// Exit status of the command sandbox's start-up when it could not unpack the tree.
+const UNPACK_FAILED: i32 = 223;
+/// The command sandbox's start-up, run as `sh -c INIT sh ARGV…` in the directory the tree goes
+/// to: unpack the archive from standard input, close it and the argument file, say "ready" on
+/// fd 4 and close it, then become the command.
+const INIT: &str = r#"tar -x -p -f - 2>&1 || exit 223
+exec </dev/null 3<&-
+printf r >&4 && exec 4>&-
+exec "$@"
+"#;
+/// How long the stage phase may take (copies, `git apply`, sealing) before it counts as hung.
+const STAGE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How an execution is isolated.
+#[derive(Clone, Debug)]
+pub(super) enum Isolation {
+    /// In bubblewrap sandboxes (`bwrap` at this path).
+    Bwrap(PathBuf),
+    /// As plain processes (the node allows it explicitly).
+    Unisolated,
+}
+
+/// Everything an execution needs besides its request.
+#[derive(Clone, Debug)]
+pub(super) struct Context {
+    /// The sandbox's cache directory (work directories go under `work/`).
+    pub cache: PathBuf,
+    /// The prepared checkout.
+    pub template: PathBuf,
+    /// Its environment.
+    pub venv: PathBuf,
+    /// The node runs as root: commands run as a uid of their own, work directories are tmpfs.
+    pub as_root: bool,
+    /// How executions are isolated.
+    pub isolation: Isolation,
+}
+
+/// Executions run as root get an unprivileged uid of their own (not a system user), so the
+/// process limit is per execution: a fork bomb in one execution cannot starve its neighbours.
+/// Node processes offset by pid to rarely collide.
+fn execution_uid() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 256;
+    200_000 + (std::process::id() % 200) * 256 + n
+}
+
+/// This process's identity for the names of its work directories: pid and start time (clock
+/// ticks since boot), so a later node can tell a dead owner's leftovers from a live one's.
+pub(super) fn owner_tag() -> String {
+    format!("{}-{}", std::process::id(), start_time(std::process::id()).unwrap_or(0))
+}
+
+/// A process's start time (field 22 of `/proc/PID/stat`).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: count from its closing parenthesis.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the owner named by a work directory (`exec-PID-START-…`) is gone.
+fn owner_is_gone(name: &str) -> bool {
+    let mut parts = name.strip_prefix("exec-").unwrap_or(name).split('-');
+    let (Some(pid), Some(start)) = (parts.next(), parts.next()) else {
+        return true;
+    };
+    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+        return true; // an older layout, written before owners were named
+    };
+    start_time(pid) != Some(start)
+}
+
+/// Removes the work directories that nodes no longer running left under `work_root` (a crash
+/// leaves them, and their tmpfs mounted); returns how many.
+pub(super) fn remove_leftovers(work_root: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(work_root) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("exec-") || !owner_is_gone(&name) {
+            continue;
+        }
+        unmount(&entry.path());
+        if std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Lazily unmounts whatever is mounted at `dir` (nothing of an execution is left to use it).
+fn unmount(dir: &Path) {
+    if let Ok(target) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) {
+        // SAFETY: a valid NUL-terminated path.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Whether mounting a private tmpfs over work directories was refused once: then no execution
+/// tries again.
+static TMPFS_REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Mounts a tmpfs of `size_mb` MiB at `dir`; false when it cannot.
+fn mount_tmpfs(dir: &Path, size_mb: u64) -> bool {
+    use std::sync::atomic::Ordering;
+    if TMPFS_REFUSED.load(Ordering::Relaxed) {
+        return false;
+    }
+    let Ok(target) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    let options = std::ffi::CString::new(format!("mode=0755,size={size_mb}m")).expect("no NUL");
+    // SAFETY: every pointer is a valid NUL-terminated string that outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            options.as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        let err = std::io::Error::last_os_error();
+        TMPFS_REFUSED.store(true, Ordering::Relaxed);
+        tracing::warn!(error = %err, "process sandbox: cannot mount a tmpfs for work directories; they stay on disk");
+        return false;
+    }
+    true
+}
+
+/// An execution's directory on the host: `stage/` (the tree being prepared), `in/` (the patches
+/// and the stage script), `support/` (the support files), `scratch/`; a tmpfs of its own when
+/// the node is root. Unmounted and removed when dropped.
+struct WorkDir {
+    dir: tempfile::TempDir,
+    mounted: bool,
+}
+
+impl WorkDir {
+    fn create(cache: &Path, as_root: bool, size_mb: u64) -> Result<WorkDir, SandboxError> {
+        let root = cache.join("work");
+        std::fs::create_dir_all(&root).map_err(|e| infra("creating the work directory", e))?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("exec-{}-", owner_tag()))
+            .tempdir_in(&root)
+            .map_err(|e| infra("creating the work directory", e))?;
+        let mounted = as_root && mount_tmpfs(dir.path(), size_mb);
+        for d in ["stage", "in", "support", "scratch"] {
+            std::fs::create_dir(dir.path().join(d))
+                .map_err(|e| infra("creating the work directory", e))?;
+        }
+        Ok(WorkDir { dir, mounted })
+    }
+
+    fn path(&self, part: &str) -> PathBuf {
+        self.dir.path().join(part)
+    }
+}
+
+impl Drop for WorkDir {
+    fn drop(&mut self) {
+        if self.mounted {
+            unmount(self.dir.path());
+        }
+    }
+}
+
+/// Sets a hard and soft limit of `value`, or keeps a lower hard limit already in force.
+/// False when neither holds (the execution would run without that limit).
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> bool {
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with valid structs; both are async-signal-safe.
+    unsafe {
+        let value = if libc::getrlimit(resource, &mut current) == 0 {
+            (value as libc::rlim_t).min(current.rlim_max)
+        } else {
+            value as libc::rlim_t
+        };
+        let lim = libc::rlimit {
+            rlim_cur: value,
+            rlim_max: value,
+        };
+        libc::setrlimit(resource, &lim) == 0
+    }
+}
+
+/// What the command's process gets between fork and exec.
+#[derive(Clone, Copy)]
+struct ChildSetup {
+    /// Run as this uid (and gid), when the node is root.
+    uid: Option<u32>,
+    /// Process limit (per uid), address space, file size.
+    nproc: u64,
+    address_space: u64,
+    file_size: u64,
+    /// Fail when a limit cannot be set (isolated executions), or carry on (unisolated).
+    strict: bool,
+    /// fds moved to 3 and 4 in the child (bwrap's argument file, the ready pipe).
+    fd3: Option<libc::c_int>,
+    fd4: Option<libc::c_int>,
+}
+
+impl ChildSetup {
+    /// Installs the setup on `cmd`. Only async-signal-safe calls run in the child.
+    fn install(self, cmd: &mut Command) {
+        // SAFETY: only async-signal-safe libc calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let refuse = || Err(std::io::Error::last_os_error());
+                libc::setsid();
+                // Moved out of the way first (a source may be 3 or 4 itself), then into place;
+                // the copies close at exec, the targets stay open.
+                let mut moved = [-1; 2];
+                for (i, from) in [self.fd3, self.fd4].into_iter().enumerate() {
+                    if let Some(fd) = from {
+                        moved[i] = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+                        if moved[i] < 0 {
+                            return refuse();
+                        }
+                    }
+                }
+                for (i, target) in [3, 4].into_iter().enumerate() {
+                    if moved[i] >= 0 && libc::dup2(moved[i], target) < 0 {
+                        return refuse();
+                    }
+                }
+                // Every limit is set (`&`, not `&&`), then checked.
+                let limited = set_limit(libc::RLIMIT_AS, self.address_space)
+                    & set_limit(libc::RLIMIT_FSIZE, self.file_size)
+                    & set_limit(libc::RLIMIT_CORE, 0);
+                if !limited && self.strict {
+                    return refuse();
+                }
+                if let Some(uid) = self.uid
+                    && (libc::setgroups(0, std::ptr::null()) != 0
+                        || libc::setgid(uid) != 0
+                        || libc::setuid(uid) != 0)
+                {
+                    return refuse();
+                }
+                if !set_limit(libc::RLIMIT_NPROC, self.nproc) && self.strict {
+                    return refuse();
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// The host's system directories as a sandbox sees them (read-only; the merged-/usr links as
+/// links), with `/proc`, a minimal `/dev` and everything else absent.
+pub(super) fn system_args() -> Vec<String> {
+    let mut args: Vec<String> = ["--ro-bind", "/usr", "/usr", "--ro-bind", "/etc", "/etc"]
+        .map(String::from)
+        .to_vec();
+    for top in ["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"] {
+        match std::fs::read_link(top) {
+            Ok(target) => args.extend([
+                "--symlink".to_string(),
+                target.display().to_string(),
+                top.to_string(),
+            ]),
+            Err(_) if Path::new(top).is_dir() => {
+                args.extend(["--ro-bind".to_string(), top.to_string(), top.to_string()])
+            }
+            Err(_) => {}
+        }
+    }
+    args.extend(
+        [
+            "--ro-bind-try",
+            "/sys",
+            "/sys",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+        ]
+        .map(String::from),
+    );
+    args
+}
+
+/// `--size BYTES --tmpfs DIR` (bubblewrap's size applies to the next tmpfs).
+fn sized_tmpfs(dir: &str, mb: u64) -> [String; 4] {
+    [
+        "--size".into(),
+        (mb.max(1) << 20).to_string(),
+        "--tmpfs".into(),
+        dir.into(),
+    ]
+}
+
+/// Host directories the environment needs besides the system's: the venv, the interpreter's
+/// prefix it was made from (`home` in `pyvenv.cfg`), and the library directories its variables
+/// name; each bound read-only at its own path.
+fn environment_dirs(venv: &Path) -> Vec<PathBuf> {
+    let mut dirs = vec![venv.to_path_buf()];
+    let cfg = std::fs::read_to_string(venv.join("pyvenv.cfg")).unwrap_or_default();
+    for line in cfg.lines() {
+        if let Some((key, value)) = line.split_once('=')
+            && key.trim() == "home"
+            && let Some(prefix) = Path::new(value.trim()).parent()
+        {
+            dirs.push(prefix.to_path_buf());
+        }
+    }
+    for (k, v) in read_env_file(&venv.join(ENV_FILE)) {
+        if k == "LD_LIBRARY_PATH" {
+            dirs.extend(v.split(':').filter(|p| !p.is_empty()).map(PathBuf::from));
+        }
+    }
+    let system = ["/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64"];
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for d in dirs {
+        let d = std::fs::canonicalize(&d).unwrap_or(d);
+        let covered = system.iter().any(|s| d.starts_with(s))
+            || kept.iter().any(|k| d.starts_with(k))
+            || d == Path::new("/");
+        if !covered && d.is_dir() {
+            kept.retain(|k| !k.starts_with(&d));
+            kept.push(d);
+        }
+    }
+    kept
+}
+
+/// A pipe holding bubblewrap's arguments (NUL-separated) for `--args 3`; the read end.
+fn args_pipe(args: &[String]) -> Result<OwnedFd, SandboxError> {
+    let (reader, mut writer) = std::io::pipe().map_err(|e| infra("creating a pipe", e))?;
+    let mut bytes = Vec::new();
+    for a in args {
+        if a.contains('\0') {
+            return Err(SandboxError::BadInput(format!(
+                "an argument of the execution holds a NUL byte: `{}`",
+                a.replace('\0', "\\0")
+            )));
+        }
+        bytes.extend_from_slice(a.as_bytes());
+        bytes.push(0);
+    }
+    // Larger than a pipe holds: written from a thread while bubblewrap reads it.
+    std::thread::spawn(move || {
+        let _ = writer.write_all(&bytes);
+    });
+    Ok(reader.into())
+}
+
+/// A child and its combined output, read on a thread into a capped buffer.
+struct Running {
+    child: Child,
+    collector: std::thread::JoinHandle<(Vec<u8>, bool)>,
+}
+
+impl Running {
+    /// Waits for the child until `deadline`, killing it (and its process group) when it passes;
+    /// `poll` runs on every turn (to notice the ready signal). Returns its status (`None`: killed).
+    fn wait(
+        &mut self,
+        mut deadline: Instant,
+        mut poll: impl FnMut() -> Option<Instant>,
+    ) -> Result<Option<std::process::ExitStatus>, SandboxError> {
+        loop {
+            if let Some(new) = poll() {
+                deadline = new;
+            }
+            match self.child.try_wait() {
+                Ok(Some(s)) => return Ok(Some(s)),
+                Ok(None) if Instant::now() >= deadline => {
+                    self.kill();
+                    let _ = self.child.wait();
+                    return Ok(None);
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => return Err(infra("waiting for the execution", e)),
+            }
+        }
+    }
+
+    fn kill(&self) {
+        let pgid = self.child.id() as libc::pid_t;
+        // SAFETY: signalling the process group the child created with setsid.
+        unsafe { libc::killpg(pgid, libc::SIGKILL) };
+    }
+
+    /// Ends what is left of the process group and takes the output.
+    fn finish(self) -> (Vec<u8>, bool) {
+        self.kill();
+        self.collector.join().unwrap_or_default()
+    }
+}
+
+/// Starts `cmd` with its stdout and stderr going, interleaved, into a buffer kept within `cap`.
+fn spawn_collected(mut cmd: Command, cap: usize, what: &str) -> Result<Running, SandboxError> {
+    let (reader, writer) = std::io::pipe().map_err(|e| infra("creating the output pipe", e))?;
+    let writer2 = writer
+        .try_clone()
+        .map_err(|e| infra("creating the output pipe", e))?;
+    cmd.stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
+    let child = cmd.spawn().map_err(|e| infra(&format!("starting {what}"), e))?;
+    drop(cmd); // closes our copies of the pipe's write end
+    let collector = std::thread::spawn(move || {
+        let mut kept = CappedOutput::new(cap);
+        let mut reader = reader;
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            match reader.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => kept.push(&chunk[..n]),
+            }
+        }
+        kept.finish()
+    });
+    Ok(Running { child, collector })
+}
+
+fn write_files(root: &Path, files: &[crate::InputFile]) -> Result<(), SandboxError> {
+    for f in files {
+        check_relative_path(&f.path)?;
+        let dest = root.join(&f.path);
+        if let Some(parent) = dest.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| infra("writing input files", e))?;
+        }
+        std::fs::write(&dest, &f.contents).map_err(|e| infra("writing input files", e))?;
+        std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(f.mode & 0o7777))
+            .map_err(|e| infra("writing input files", e))?;
+    }
+    Ok(())
+}
+
+fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(format!("{}/.", from.display()))
+        .arg(to)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| infra("copying the checkout", e))?;
+    if !out.status.success() {
+        return Err(SandboxError::Infra(format!(
+            "copying {} failed ({}): {}",
+            from.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Runs one execution of `req` (on a blocking thread).
+pub(super) fn exec_blocking(ctx: &Context, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
+    let started = Instant::now();
+    validate(&req)?;
+    let disk_mb = req.limits.disk_mb.max(1);
+    // The stage (a copy of the checkout) and the support files, on one tmpfs when root.
+    let work = WorkDir::create(&ctx.cache, ctx.as_root, disk_mb.saturating_mul(2))?;
+    copy_tree(&ctx.template, &work.path("stage")).map_err(|e| match e {
+        SandboxError::Infra(msg) if work.mounted => SandboxError::BadInput(format!(
+            "{msg}: the execution's stage holds limits.disk_mb = {disk_mb} MiB twice; raise limits.disk_mb"
+        )),
+        other => other,
+    })?;
+    write_files(&work.path("stage"), &req.files)?;
+    write_files(&work.path("support"), &req.support)?;
+    let collect = match &req.collect {
+        Some(name) => {
+            check_relative_path(name)?;
+            let path = work.path("support").join(name);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| infra("writing input files", e))?;
+            }
+            std::fs::write(&path, b"").map_err(|e| infra("writing input files", e))?;
+            Some(path)
+        }
+        None => None,
+    };
+    let uid = ctx.as_root.then(execution_uid);
+    if let Some(uid) = uid {
+        // The command may write the collected file; the rest of the support stays the harness's.
+        for path in collect.iter() {
+            std::os::unix::fs::chown(path, Some(uid), Some(uid))
+                .map_err(|e| infra("handing the collected file to the execution's user", e))?;
+        }
+        let support = work.path("support");
+        std::fs::set_permissions(&support, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| infra("writing input files", e))?;
+    }
+
+    let staged = stage_tree(ctx, &work, &req)?;
+    let mut out = run_command(ctx, &work, &req, uid, collect.as_deref())?;
+    out.prepare_log = staged.log;
+    out.patches = staged.patches;
+    out.overhead = started.elapsed().saturating_sub(out.command_time);
+    drop(work);
+    Ok(out)
+}
+
+fn validate(req: &ExecRequest) -> Result<(), SandboxError> {
+    if req.command.is_empty() {
+        return Err(SandboxError::BadInput("empty command".into()));
+    }
+    if let Some((k, _)) = req
+        .env
+        .iter()
+        .find(|(k, _)| k.is_empty() || k.contains('=') || k.contains('\0'))
+    {
+        return Err(SandboxError::BadInput(format!(
+            "environment variable name `{k}` is not valid: names are non-empty and have no `=`"
+        )));
+    }
+    Ok(())
+}
+
+/// Phase 1: the files, the patches and the seal, in the stage, out of the command's sight.
+fn stage_tree(
+    ctx: &Context,
+    work: &WorkDir,
+    req: &ExecRequest,
+) -> Result<stage::StageReport, SandboxError> {
+    let nonce = reprobench_domain::secret::random_hex(16);
+    let input = work.path("in");
+    let (input_dir, stage_dir, scratch) = match ctx.isolation {
+        Isolation::Bwrap(_) => (
+            PathBuf::from(INPUT_DIR),
+            PathBuf::from(STAGE_DIR),
+            "/tmp".to_string(),
+        ),
+        Isolation::Unisolated => (
+            input.clone(),
+            work.path("stage"),
+            work.path("scratch").display().to_string(),
+        ),
+    };
+    let mut patches = Vec::new();
+    for (i, p) in req.patches.iter().enumerate() {
+        let name = format!("{i}.patch");
+        std::fs::write(input.join(&name), &p.contents)
+            .map_err(|e| infra("writing the patches", e))?;
+        patches.push((p.label.clone(), input_dir.join(&name).display().to_string()));
+    }
+    let script = format!(
+        "N={nonce}\n{}{}",
+        stage::FUNCTIONS,
+        stage::steps(&patches, &scratch)
+    );
+    std::fs::write(input.join("stage.sh"), script).map_err(|e| infra("writing the stage script", e))?;
+    let script_path = input_dir.join("stage.sh");
+
+    let mut cmd;
+    let mut args_fd = None;
+    match &ctx.isolation {
+        Isolation::Bwrap(bwrap) => {
+            let mut args = system_args();
+            args.extend([
+                "--bind".into(),
+                work.path("stage").display().to_string(),
+                STAGE_DIR.into(),
+                "--ro-bind".into(),
+                input.display().to_string(),
+                INPUT_DIR.into(),
+                "--tmpfs".into(),
+                "/tmp".into(),
+                "--chdir".into(),
+                STAGE_DIR.into(),
+            ]);
+            let fd = args_pipe(&args)?;
+            cmd = Command::new(bwrap);
+            cmd.args(["--args", "3", "--", "/bin/sh"]).arg(&script_path);
+            ChildSetup {
+                uid: None,
+                nproc: u64::MAX,
+                address_space: u64::MAX,
+                file_size: u64::MAX,
+                strict: false,
+                fd3: Some(fd.as_raw_fd()),
+                fd4: None,
+            }
+            .install(&mut cmd);
+            args_fd = Some(fd);
+        }
+        Isolation::Unisolated => {
+            cmd = Command::new("/bin/sh");
+            cmd.arg(&script_path).current_dir(&stage_dir);
+            ChildSetup {
+                uid: None,
+                nproc: u64::MAX,
+                address_space: u64::MAX,
+                file_size: u64::MAX,
+                strict: false,
+                fd3: None,
+                fd4: None,
+            }
+            .install(&mut cmd);
+        }
+    }
+    cmd.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/tmp")
+        .env("LANG", "C.UTF-8")
+        .stdin(Stdio::null());
+    let mut running = spawn_collected(cmd, req.limits.max_output_bytes, "the stage")?;
+    drop(args_fd);
+    let status = running.wait(Instant::now() + STAGE_TIMEOUT, || None)?;
+    let (bytes, _) = running.finish();
+    let text = String::from_utf8_lossy(&bytes);
+    let report = stage::read(&text, &nonce);
+    if status.is_none() {
+        return Err(SandboxError::Infra(format!(
+            "preparing the tree (copies, patches, sealing) took over {STAGE_TIMEOUT:?}"
+        )));
+    }
+    if !report.sealed {
+        return Err(SandboxError::Infra(format!(
+            "preparing the tree failed ({}):\n{}",
+            status.map_or("killed".to_string(), |s| s.to_string()),
+            report.log.trim()
+        )));
+    }
+    Ok(report)
+}
+
+/// Phase 2: the sealed tree streamed into the command's sandbox, and the command.
+fn run_command(
+    ctx: &Context,
+    work: &WorkDir,
+    req: &ExecRequest,
+    uid: Option<u32>,
+    collect: Option<&Path>,
+) -> Result<ExecOutput, SandboxError> {
+    let disk_mb = req.limits.disk_mb.max(1);
+    // Where the tree is for the command: the checkout's own path inside the sandbox (editable
+    // installs point there), a directory of the work directory when unisolated.
+    let (repo, support) = match ctx.isolation {
+        Isolation::Bwrap(_) => (ctx.template.clone(), PathBuf::from(SUPPORT_DIR)),
+        Isolation::Unisolated => {
+            let final_dir = work.path("tree");
+            std::fs::create_dir(&final_dir).map_err(|e| infra("creating the tree", e))?;
+            if let Some(uid) = uid {
+                std::os::unix::fs::chown(&final_dir, Some(uid), Some(uid))
+                    .map_err(|e| infra("handing the tree to the execution's user", e))?;
+            }
+            (final_dir, work.path("support"))
+        }
+    };
+    // The archive of the sealed stage, made on the host, streamed into the sandbox.
+    let mut archive = Command::new("tar");
+    archive
+        .args(stage::archive_args(None))
+        .current_dir(work.path("stage"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut archiver = archive.spawn().map_err(|e| infra("starting tar", e))?;
+    let tree_stream = archiver.stdout.take().expect("piped");
+
+    let (ready_reader, ready_writer) =
+        std::io::pipe().map_err(|e| infra("creating the ready pipe", e))?;
+    let ready_fd: OwnedFd = ready_reader.into();
+    // SAFETY: a valid fd we own; non-blocking so the wait loop can poll it.
+    unsafe {
+        let flags = libc::fcntl(ready_fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(ready_fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    let ready_writer: OwnedFd = ready_writer.into();
+
+    let venv = &ctx.venv;
+    let mut env: Vec<(String, String)> = vec![
+        (
+            "PATH".into(),
+            format!("{}/bin:/usr/local/bin:/usr/bin:/bin", venv.display()),
+        ),
+        ("VIRTUAL_ENV".into(), venv.display().to_string()),
+        ("HOME".into(), "/tmp".into()),
+        ("TMPDIR".into(), "/tmp".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        (SUPPORT_ENV.into(), support.display().to_string()),
+    ];
+    if matches!(ctx.isolation, Isolation::Unisolated) {
+        let scratch = work.path("scratch");
+        if let Some(uid) = uid {
+            let _ = std::os::unix::fs::chown(&scratch, Some(uid), Some(uid));
+        }
+        for k in ["HOME", "TMPDIR"] {
+            env.push((k.into(), scratch.display().to_string()));
+        }
+    }
+    env.extend(read_env_file(&venv.join(ENV_FILE)));
+    // The tree's copy of every editable-install root first on PYTHONPATH, so imports resolve to
+    // the tree the patches went into.
+    for (k, v) in read_env_file(&ctx.template.join(EXEC_ENV_FILE)) {
+        if k == "REPROBENCH_EDITABLE" {
+            if !v.is_empty() {
+                let paths: Vec<String> = v
+                    .split(':')
+                    .map(|r| repo.join(r).display().to_string())
+                    .collect();
+                env.push(("PYTHONPATH".into(), paths.join(":")));
+            }
+        } else {
+            env.push((k, v));
+        }
+    }
+    env.extend(req.env.iter().cloned());
+
+    let mut argv = vec!["/bin/sh".to_string(), "-c".into(), INIT.into(), "sh".into()];
+    argv.extend(req.command.iter().cloned());
+    let setup = ChildSetup {
+        uid,
+        nproc: req.limits.pids,
+        address_space: req.limits.memory_mb.saturating_mul(1 << 20),
+        file_size: disk_mb.saturating_mul(1 << 20),
+        strict: matches!(ctx.isolation, Isolation::Bwrap(_)),
+        fd3: None,
+        fd4: Some(ready_writer.as_raw_fd()),
+    };
+    let mut cmd;
+    let mut args_fd = None;
+    match &ctx.isolation {
+        Isolation::Bwrap(bwrap) => {
+            let mut args = system_args();
+            // Private scratch first: the environment may sit under /tmp or /var/tmp itself.
+            args.extend(sized_tmpfs("/tmp", disk_mb));
+            args.extend(sized_tmpfs("/var/tmp", disk_mb));
+            args.extend(sized_tmpfs("/dev/shm", disk_mb));
+            for d in environment_dirs(venv) {
+                let d = d.display().to_string();
+                args.extend(["--ro-bind".into(), d.clone(), d]);
+            }
+            let repo_s = repo.display().to_string();
+            args.extend(sized_tmpfs(&repo_s, disk_mb));
+            args.extend([
+                "--ro-bind".into(),
+                work.path("support").display().to_string(),
+                SUPPORT_DIR.into(),
+            ]);
+            if let Some(c) = collect {
+                let inside = Path::new(SUPPORT_DIR).join(
+                    c.strip_prefix(work.path("support"))
+                        .expect("collected file under support"),
+                );
+                args.extend([
+                    "--bind".into(),
+                    c.display().to_string(),
+                    inside.display().to_string(),
+                ]);
+            }
+            args.extend(["--chdir".into(), repo_s]);
+            let fd = args_pipe(&args)?;
+            // The options through a pipe, the command (the same for every execution of a
+            // request) on the command line, as bubblewrap wants it.
+            cmd = Command::new(bwrap);
+            cmd.args(["--args", "3", "--"]).args(&argv);
+            ChildSetup {
+                fd3: Some(fd.as_raw_fd()),
+                ..setup
+            }
+            .install(&mut cmd);
+            args_fd = Some(fd);
+        }
+        Isolation::Unisolated => {
+            cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..]).current_dir(&repo);
+            setup.install(&mut cmd);
+        }
+    }
+    cmd.env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::from(tree_stream));
+    let spawned = Instant::now();
+    let mut running = spawn_collected(cmd, req.limits.max_output_bytes, "the execution")?;
+    drop(args_fd);
+    drop(ready_writer);
+    let mut ready_at: Option<Instant> = None;
+    let timeout = req.limits.timeout;
+    let mut check_ready = || -> Option<Instant> {
+        if ready_at.is_some() {
+            return None;
+        }
+        let mut byte = [0u8; 1];
+        // SAFETY: reading into a valid buffer from a valid fd.
+        let n = unsafe { libc::read(ready_fd.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+        if n == 1 {
+            let now = Instant::now();
+            ready_at = Some(now);
+            return Some(now + timeout);
+        }
+        None
+    };
+    // Unpacking may take its time too, but not forever: the timeout from the start, then the
+    // timeout from the command's start.
+    let status = running.wait(spawned + timeout + STAGE_TIMEOUT, &mut check_ready)?;
+    check_ready();
+    let ended = Instant::now();
+    let (bytes, output_truncated) = running.finish();
+    let archived = archiver.wait_with_output();
+    let Some(command_start) = ready_at else {
+        let archive_error = archived
+            .ok()
+            .filter(|o| !o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())
+            .unwrap_or_default();
+        let said = String::from_utf8_lossy(&bytes).trim().to_string();
+        if status.and_then(|s| s.code()) == Some(UNPACK_FAILED) {
+            return Err(SandboxError::BadInput(format!(
+                "could not unpack the tree into the execution's tmpfs of limits.disk_mb = {disk_mb} MiB: raise limits.disk_mb. It said: {said}"
+            )));
+        }
+        return Err(SandboxError::Infra(format!(
+            "the execution's sandbox did not start ({}): {said}{}",
+            status.map_or("killed".to_string(), |s| s.to_string()),
+            if archive_error.is_empty() {
+                String::new()
+            } else {
+                format!("; archiving the tree: {archive_error}")
+            }
+        )));
+    };
+    let exit_code = status.and_then(|s| {
+        use std::os::unix::process::ExitStatusExt;
+        s.code()
+            .map(i64::from)
+            .or_else(|| s.signal().map(|sig| 128 + i64::from(sig)))
+    });
+    let collected = collect.and_then(|c| std::fs::read(c).ok());
+    Ok(ExecOutput {
+        exit_code,
+        timed_out: status.is_none(),
+        output: String::from_utf8_lossy(&bytes).into_owned(),
+        output_truncated,
+        prepare_log: String::new(),
+        patches: Vec::new(),
+        started: true,
+        collected,
+        command_time: ended.saturating_duration_since(command_start),
+        overhead: Duration::ZERO,
+    })
+}
+
+/// Whether bubblewrap at `bwrap` can give an execution its sandbox here (as the uid executions
+/// get, when the node is root): runs `true` in one. The error says why not.
+pub(super) fn probe(bwrap: &Path, as_root: bool) -> Result<(), String> {
+    let mut args = system_args();
+    args.extend(sized_tmpfs("/tmp", 1));
+    let fd = args_pipe(&args).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(bwrap);
+    cmd.args(["--args", "3", "--", "/bin/true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    ChildSetup {
+        uid: as_root.then(execution_uid),
+        nproc: 64,
+        address_space: u64::MAX,
+        file_size: u64::MAX,
+        strict: true,
+        fd3: Some(fd.as_raw_fd()),
+        fd4: None,
+    }
+    .install(&mut cmd);
+    let out = cmd.output().map_err(|e| format!("cannot start {}: {e}", bwrap.display()))?;
+    drop(fd);
+    if out.status.success() {
+        Ok(())
+    } else {
+        let said = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = said.trim().lines().rev().take(3).collect();
+        Err(format!(
+            "bubblewrap could not make a sandbox ({}): {}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        ))
+    }
+}
+
+/// `bwrap` on PATH or in the usual places.
+pub(super) fn find_bwrap() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin".into(), "/usr/local/bin".into(), "/bin".into()])
+        .map(|d| d.join("bwrap"))
+        .find(|p| p.is_file())
+}
