@@ -46,6 +46,14 @@ apply() {
   echo "REPROBENCH-$N APPLY $1 $rc $f"
 }
 seal() {
+  # Bytecode caches of the tree's sources go: every file is about to get one time, so a cache
+  # of a source's earlier text of the same size would pass Python's check and run instead.
+  find . -path ./.git -prune -o -type f \( -name '*.pyc' -o -name '*.pyo' \) -print |
+  while IFS= read -r f; do
+    d=${f%/*}; b=${f##*/}; n=${b%%.*}
+    case "$d" in */__pycache__) src="${d%/__pycache__}/$n.py" ;; *) src="$d/$n.py" ;; esac
+    if [ -f "$src" ]; then rm -f "$f"; fi
+  done
   # Only files whose size or time changed are hashed again (the copy kept the times).
   git -c core.checkStat=minimal -c core.trustctime=false add -A >/dev/null 2>&1 || return 1
   tree=$(git write-tree) || return 1
@@ -254,6 +262,25 @@ mod tests {
             )
         };
         assert_eq!(shape(&[("test", TEST)]), shape(&[("code", FIX), ("test", TEST)]));
+    }
+
+    #[test]
+    fn bytecode_caches_of_the_trees_sources_go_and_others_stay() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = stage(root.path());
+        std::fs::create_dir_all(dir.join("pkg/__pycache__")).unwrap();
+        for f in ["pkg/__pycache__/m.cpython-311.pyc", "pkg/other.pyc", "pkg/__pycache__/gone.cpython-311.pyc", "pkg/only.pyc"] {
+            std::fs::write(dir.join(f), "bytecode").unwrap();
+        }
+        let scratch = root.path().join("scratch");
+        std::fs::create_dir(&scratch).unwrap();
+        let out = sh(&dir, &format!("N=n1\n{FUNCTIONS}{}", steps(&[], &scratch.display().to_string())));
+        assert!(read(&out, "n1").sealed, "{out}");
+        // Caches of sources that are there go; a bytecode file without its source is content.
+        assert!(!dir.join("pkg/__pycache__/m.cpython-311.pyc").exists());
+        assert!(!dir.join("pkg/other.pyc").exists());
+        assert!(dir.join("pkg/__pycache__/gone.cpython-311.pyc").exists());
+        assert!(dir.join("pkg/only.pyc").exists());
     }
 
     #[test]

@@ -33,6 +33,8 @@ use tracing::{debug, info, warn};
 
 /// The uid (and gid) the command runs as: no user of the image, not root.
 pub const TEST_UID: u32 = 1000;
+/// The host name every execution has.
+pub const HOSTNAME: &str = "reprobench";
 /// Where the support files are in the container.
 const SUPPORT_DIR: &str = "/reprobench";
 /// Exit status of the script when it could not set the tree up (the command never ran).
@@ -146,11 +148,13 @@ fn script(nonce: &str, req: &ExecRequest) -> String {
         "N={nonce}\nU={TEST_UID}\nexec 2>&1\n\
          failed() {{ echo \"REPROBENCH-$N SETUP-FAILED $1\"; exit {SETUP_FAILED}; }}\n\
          mkdir /stage/repo && cp -a {WORKDIR}/. /stage/repo/ || failed 'copying the repository'\n\
-         cd /stage/repo || failed 'entering the stage'\n\
-         if [ -d /stage/in/files ]; then cp -a /stage/in/files/. . || failed 'writing the files'; fi\n"
+         if [ -d /stage/in/files ]; then cp -a /stage/in/files/. /stage/repo/ || failed 'writing the files'; fi\n"
     );
+    // In a subshell: nothing the stage sets reaches the command.
+    s.push_str("(\ncd /stage/repo || exit 1\n");
     s.push_str(stage::FUNCTIONS);
     s.push_str(&stage::steps(&patches, "/stage/seal"));
+    s.push_str(")\ncd /stage/repo || failed 'entering the stage'\n");
     s.push_str(&format!(
         "tar {} | (cd /work && tar -x -p -f -) || failed 'unpacking the tree into /work'\n\
          cd / && rm -rf /stage/repo /stage/seal\n\
@@ -670,6 +674,8 @@ fn container_body(spec: &Spec<'_>) -> ContainerCreateBody {
         cmd: Some(spec.argv.clone()),
         env: Some(spec.env.clone()),
         user: Some("0:0".into()),
+        // The same for every execution (the engine's default is the container's random id).
+        hostname: Some(HOSTNAME.into()),
         working_dir: Some("/".into()),
         labels: Some(HashMap::from([
             (CONTAINER_LABEL.to_string(), "docker".to_string()),

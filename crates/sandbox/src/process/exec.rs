@@ -30,19 +30,27 @@ use std::time::{Duration, Instant};
 
 /// Where the support directory is inside the command's sandbox.
 const SUPPORT_DIR: &str = "/reprobench";
+/// The uid (and gid) the command has inside its sandbox, as on the docker executor.
+const COMMAND_UID: &str = "1000";
 /// Where the stage is inside the stage sandbox.
 const STAGE_DIR: &str = "/stage";
 /// Where the patches and the stage script are inside the stage sandbox.
 const INPUT_DIR: &str = "/in";
 /// Exit status of the command sandbox's start-up when it could not unpack the tree.
 const UNPACK_FAILED: i32 = 223;
-/// The command sandbox's start-up, run as `sh -c INIT sh ARGV…` in the directory the tree goes
-/// to: unpack the archive from standard input, close it and the argument file, say "ready" on
-/// fd 4 and close it, then become the command.
-const INIT: &str = r#"tar -x -p -f - 2>&1 || exit 223
-exec </dev/null 3<&-
-printf r >&4 && exec 4>&-
-exec "$@"
+/// The command sandbox's start-up and end, run as `sh -c INIT sh COLLECT ARGV…` in the directory
+/// the tree goes to: unpack the tree from standard input and the support files from fd 5, close
+/// them and the argument file, say "ready" on fd 4, run the command (without fd 4), then send
+/// the collected file (`COLLECT`, in the support directory) on fd 4 and end as the command did.
+const INIT: &str = r#"c=$1; shift
+tar -x -p -f - 2>&1 || exit 223
+tar -x -f - -C "$REPROBENCH_SUPPORT" <&5 2>&1 || exit 223
+exec </dev/null 3<&- 5<&-
+printf r >&4 || exit 223
+"$@" 4>&-
+rc=$?
+if [ -n "$c" ] && [ -f "$REPROBENCH_SUPPORT/$c" ]; then cat "$REPROBENCH_SUPPORT/$c" >&4; fi
+exit $rc
 "#;
 /// How long the stage phase may take (copies, `git apply`, sealing) before it counts as hung.
 const STAGE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -71,13 +79,37 @@ pub(super) struct Context {
     pub isolation: Isolation,
 }
 
+/// The uids of this process's running executions.
+static UIDS_IN_USE: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
 /// Executions run as root get an unprivileged uid of their own (not a system user), so the
 /// process limit is per execution: a fork bomb in one execution cannot starve its neighbours.
-/// Node processes offset by pid to rarely collide.
-fn execution_uid() -> u32 {
-    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 256;
-    200_000 + (std::process::id() % 200) * 256 + n
+/// Drawn at random from a wide range, so it tells an execution nothing (a counter would tell it
+/// how many ran before it, and so which run of its instance it is); released when dropped.
+struct ExecutionUid(u32);
+
+impl ExecutionUid {
+    const FIRST: u32 = 200_000;
+    const RANGE: u32 = 1 << 20;
+
+    fn draw() -> ExecutionUid {
+        let mut in_use = crate::lock(&UIDS_IN_USE);
+        loop {
+            let random = u32::from_str_radix(&reprobench_domain::secret::random_hex(4), 16)
+                .expect("hex digits");
+            let uid = Self::FIRST + random % Self::RANGE;
+            if !in_use.contains(&uid) {
+                in_use.push(uid);
+                return ExecutionUid(uid);
+            }
+        }
+    }
+}
+
+impl Drop for ExecutionUid {
+    fn drop(&mut self) {
+        crate::lock(&UIDS_IN_USE).retain(|u| *u != self.0);
+    }
 }
 
 /// This process's identity for the names of its work directories: pid and start time (clock
@@ -237,9 +269,11 @@ struct ChildSetup {
     file_size: u64,
     /// Fail when a limit cannot be set (isolated executions), or carry on (unisolated).
     strict: bool,
-    /// fds moved to 3 and 4 in the child (bwrap's argument file, the ready pipe).
+    /// fds moved to 3, 4 and 5 in the child (bwrap's argument file, the report pipe, the
+    /// support files' archive).
     fd3: Option<libc::c_int>,
     fd4: Option<libc::c_int>,
+    fd5: Option<libc::c_int>,
 }
 
 impl ChildSetup {
@@ -252,8 +286,8 @@ impl ChildSetup {
                 libc::setsid();
                 // Moved out of the way first (a source may be 3 or 4 itself), then into place;
                 // the copies close at exec, the targets stay open.
-                let mut moved = [-1; 2];
-                for (i, from) in [self.fd3, self.fd4].into_iter().enumerate() {
+                let mut moved = [-1; 3];
+                for (i, from) in [self.fd3, self.fd4, self.fd5].into_iter().enumerate() {
                     if let Some(fd) = from {
                         moved[i] = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
                         if moved[i] < 0 {
@@ -261,7 +295,7 @@ impl ChildSetup {
                         }
                     }
                 }
-                for (i, target) in [3, 4].into_iter().enumerate() {
+                for (i, target) in [3, 4, 5].into_iter().enumerate() {
                     if moved[i] >= 0 && libc::dup2(moved[i], target) < 0 {
                         return refuse();
                     }
@@ -497,7 +531,7 @@ pub(super) fn exec_blocking(ctx: &Context, req: ExecRequest) -> Result<ExecOutpu
     let started = Instant::now();
     validate(&req)?;
     let disk_mb = req.limits.disk_mb.max(1);
-    // The stage (a copy of the checkout) and the support files, on one tmpfs when root.
+    // The stage (a copy of the checkout), on a tmpfs of its own when root.
     let work = WorkDir::create(&ctx.cache, ctx.as_root, disk_mb.saturating_mul(2))?;
     copy_tree(&ctx.template, &work.path("stage")).map_err(|e| match e {
         SandboxError::Infra(msg) if work.mounted => SandboxError::BadInput(format!(
@@ -506,33 +540,9 @@ pub(super) fn exec_blocking(ctx: &Context, req: ExecRequest) -> Result<ExecOutpu
         other => other,
     })?;
     write_files(&work.path("stage"), &req.files)?;
-    write_files(&work.path("support"), &req.support)?;
-    let collect = match &req.collect {
-        Some(name) => {
-            check_relative_path(name)?;
-            let path = work.path("support").join(name);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| infra("writing input files", e))?;
-            }
-            std::fs::write(&path, b"").map_err(|e| infra("writing input files", e))?;
-            Some(path)
-        }
-        None => None,
-    };
-    let uid = ctx.as_root.then(execution_uid);
-    if let Some(uid) = uid {
-        // The command may write the collected file; the rest of the support stays the harness's.
-        for path in collect.iter() {
-            std::os::unix::fs::chown(path, Some(uid), Some(uid))
-                .map_err(|e| infra("handing the collected file to the execution's user", e))?;
-        }
-        let support = work.path("support");
-        std::fs::set_permissions(&support, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| infra("writing input files", e))?;
-    }
-
     let staged = stage_tree(ctx, &work, &req)?;
-    let mut out = run_command(ctx, &work, &req, uid, collect.as_deref())?;
+    let uid = ctx.as_root.then(ExecutionUid::draw);
+    let mut out = run_command(ctx, &work, &req, uid.as_ref().map(|u| u.0))?;
     out.prepare_log = staged.log;
     out.patches = staged.patches;
     out.overhead = started.elapsed().saturating_sub(out.command_time);
@@ -543,6 +553,12 @@ pub(super) fn exec_blocking(ctx: &Context, req: ExecRequest) -> Result<ExecOutpu
 fn validate(req: &ExecRequest) -> Result<(), SandboxError> {
     if req.command.is_empty() {
         return Err(SandboxError::BadInput("empty command".into()));
+    }
+    for f in req.files.iter().chain(&req.support) {
+        check_relative_path(&f.path)?;
+    }
+    if let Some(c) = &req.collect {
+        check_relative_path(c)?;
     }
     if let Some((k, _)) = req
         .env
@@ -619,6 +635,7 @@ fn stage_tree(
                 strict: false,
                 fd3: Some(fd.as_raw_fd()),
                 fd4: None,
+                fd5: None,
             }
             .install(&mut cmd);
             args_fd = Some(fd);
@@ -634,6 +651,7 @@ fn stage_tree(
                 strict: false,
                 fd3: None,
                 fd4: None,
+                fd5: None,
             }
             .install(&mut cmd);
         }
@@ -664,27 +682,91 @@ fn stage_tree(
     Ok(report)
 }
 
+/// An archive of the support files, in memory.
+fn support_archive(files: &[crate::InputFile]) -> Result<Vec<u8>, SandboxError> {
+    let io = |e: std::io::Error| infra("packing the support files", e);
+    let mut b = tar::Builder::new(Vec::new());
+    for f in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(f.contents.len() as u64);
+        h.set_mode(f.mode & 0o7777);
+        h.set_mtime(stage::SEAL_TIME as u64);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, &f.path, f.contents.as_slice()).map_err(io)?;
+    }
+    b.into_inner().map_err(io)
+}
+
+/// A pipe whose write end a thread fills with `bytes` (then closes); the read end.
+fn fed_pipe(bytes: Vec<u8>) -> Result<OwnedFd, SandboxError> {
+    let (reader, mut writer) = std::io::pipe().map_err(|e| infra("creating a pipe", e))?;
+    std::thread::spawn(move || {
+        let _ = writer.write_all(&bytes);
+    });
+    Ok(reader.into())
+}
+
+/// What the command sandbox sends back on fd 4: a ready byte, then the collected file.
+struct Reports {
+    fd: OwnedFd,
+    ready_at: Option<Instant>,
+    collected: Vec<u8>,
+    ended: bool,
+}
+
+impl Reports {
+    /// Reads what has arrived; the time the ready byte came, when it just came.
+    fn poll(&mut self) -> Option<Instant> {
+        let mut newly_ready = None;
+        let mut buf = [0u8; 64 * 1024];
+        while !self.ended {
+            // SAFETY: reading into a valid buffer from a valid (non-blocking) fd.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                self.ended = n == 0;
+                break;
+            }
+            let mut bytes = &buf[..n as usize];
+            if self.ready_at.is_none() {
+                let now = Instant::now();
+                self.ready_at = Some(now);
+                newly_ready = Some(now);
+                bytes = &bytes[1..];
+            }
+            if self.collected.len() < COLLECT_CAP {
+                self.collected.extend_from_slice(bytes);
+            }
+        }
+        newly_ready
+    }
+}
+
+/// The most of a collected file kept.
+const COLLECT_CAP: usize = 256 << 20;
+
 /// Phase 2: the sealed tree streamed into the command's sandbox, and the command.
 fn run_command(
     ctx: &Context,
     work: &WorkDir,
     req: &ExecRequest,
     uid: Option<u32>,
-    collect: Option<&Path>,
 ) -> Result<ExecOutput, SandboxError> {
     let disk_mb = req.limits.disk_mb.max(1);
-    // Where the tree is for the command: the checkout's own path inside the sandbox (editable
-    // installs point there), a directory of the work directory when unisolated.
+    // Where the tree and the support files are for the command: the checkout's own path inside
+    // the sandbox (editable installs point there) and a tmpfs; directories of the work directory
+    // when unisolated.
     let (repo, support) = match ctx.isolation {
         Isolation::Bwrap(_) => (ctx.template.clone(), PathBuf::from(SUPPORT_DIR)),
         Isolation::Unisolated => {
-            let final_dir = work.path("tree");
-            std::fs::create_dir(&final_dir).map_err(|e| infra("creating the tree", e))?;
-            if let Some(uid) = uid {
-                std::os::unix::fs::chown(&final_dir, Some(uid), Some(uid))
-                    .map_err(|e| infra("handing the tree to the execution's user", e))?;
+            let (tree, support) = (work.path("tree"), work.path("support"));
+            std::fs::create_dir(&tree).map_err(|e| infra("creating the tree", e))?;
+            for d in [&tree, &support, &work.path("scratch")] {
+                if let Some(uid) = uid {
+                    std::os::unix::fs::chown(d, Some(uid), Some(uid))
+                        .map_err(|e| infra("handing the tree to the execution's user", e))?;
+                }
             }
-            (final_dir, work.path("support"))
+            (tree, support)
         }
     };
     // The archive of the sealed stage, made on the host, streamed into the sandbox.
@@ -697,16 +779,17 @@ fn run_command(
         .stderr(Stdio::piped());
     let mut archiver = archive.spawn().map_err(|e| infra("starting tar", e))?;
     let tree_stream = archiver.stdout.take().expect("piped");
+    let support_fd = fed_pipe(support_archive(&req.support)?)?;
 
-    let (ready_reader, ready_writer) =
-        std::io::pipe().map_err(|e| infra("creating the ready pipe", e))?;
-    let ready_fd: OwnedFd = ready_reader.into();
+    let (reports_reader, reports_writer) =
+        std::io::pipe().map_err(|e| infra("creating the report pipe", e))?;
+    let reports_fd: OwnedFd = reports_reader.into();
     // SAFETY: a valid fd we own; non-blocking so the wait loop can poll it.
     unsafe {
-        let flags = libc::fcntl(ready_fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(ready_fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+        let flags = libc::fcntl(reports_fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(reports_fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
     }
-    let ready_writer: OwnedFd = ready_writer.into();
+    let reports_writer: OwnedFd = reports_writer.into();
 
     let venv = &ctx.venv;
     let mut env: Vec<(String, String)> = vec![
@@ -722,13 +805,9 @@ fn run_command(
         (SUPPORT_ENV.into(), support.display().to_string()),
     ];
     if matches!(ctx.isolation, Isolation::Unisolated) {
-        let scratch = work.path("scratch");
-        if let Some(uid) = uid {
-            let _ = std::os::unix::fs::chown(&scratch, Some(uid), Some(uid));
-        }
-        for k in ["HOME", "TMPDIR"] {
-            env.push((k.into(), scratch.display().to_string()));
-        }
+        let scratch = work.path("scratch").display().to_string();
+        env.push(("HOME".into(), scratch.clone()));
+        env.push(("TMPDIR".into(), scratch));
     }
     env.extend(read_env_file(&venv.join(ENV_FILE)));
     // The tree's copy of every editable-install root first on PYTHONPATH, so imports resolve to
@@ -748,7 +827,13 @@ fn run_command(
     }
     env.extend(req.env.iter().cloned());
 
-    let mut argv = vec!["/bin/sh".to_string(), "-c".into(), INIT.into(), "sh".into()];
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        INIT.into(),
+        "sh".into(),
+        req.collect.clone().unwrap_or_default(),
+    ];
     argv.extend(req.command.iter().cloned());
     let setup = ChildSetup {
         uid,
@@ -757,7 +842,8 @@ fn run_command(
         file_size: disk_mb.saturating_mul(1 << 20),
         strict: matches!(ctx.isolation, Isolation::Bwrap(_)),
         fd3: None,
-        fd4: Some(ready_writer.as_raw_fd()),
+        fd4: Some(reports_writer.as_raw_fd()),
+        fd5: Some(support_fd.as_raw_fd()),
     };
     let mut cmd;
     let mut args_fd = None;
@@ -774,23 +860,13 @@ fn run_command(
             }
             let repo_s = repo.display().to_string();
             args.extend(sized_tmpfs(&repo_s, disk_mb));
-            args.extend([
-                "--ro-bind".into(),
-                work.path("support").display().to_string(),
-                SUPPORT_DIR.into(),
-            ]);
-            if let Some(c) = collect {
-                let inside = Path::new(SUPPORT_DIR).join(
-                    c.strip_prefix(work.path("support"))
-                        .expect("collected file under support"),
-                );
-                args.extend([
-                    "--bind".into(),
-                    c.display().to_string(),
-                    inside.display().to_string(),
-                ]);
-            }
-            args.extend(["--chdir".into(), repo_s]);
+            args.extend(sized_tmpfs(SUPPORT_DIR, disk_mb));
+            // One identity inside, whatever uid the execution has outside.
+            args.extend(
+                ["--uid", COMMAND_UID, "--gid", COMMAND_UID, "--hostname", "reprobench", "--chdir"]
+                    .map(String::from),
+            );
+            args.push(repo_s);
             let fd = args_pipe(&args)?;
             // The options through a pipe, the command (the same for every execution of a
             // request) on the command line, as bubblewrap wants it.
@@ -815,31 +891,25 @@ fn run_command(
     let spawned = Instant::now();
     let mut running = spawn_collected(cmd, req.limits.max_output_bytes, "the execution")?;
     drop(args_fd);
-    drop(ready_writer);
-    let mut ready_at: Option<Instant> = None;
-    let timeout = req.limits.timeout;
-    let mut check_ready = || -> Option<Instant> {
-        if ready_at.is_some() {
-            return None;
-        }
-        let mut byte = [0u8; 1];
-        // SAFETY: reading into a valid buffer from a valid fd.
-        let n = unsafe { libc::read(ready_fd.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
-        if n == 1 {
-            let now = Instant::now();
-            ready_at = Some(now);
-            return Some(now + timeout);
-        }
-        None
+    drop(support_fd);
+    drop(reports_writer);
+    let mut reports = Reports {
+        fd: reports_fd,
+        ready_at: None,
+        collected: Vec::new(),
+        ended: false,
     };
-    // Unpacking may take its time too, but not forever: the timeout from the start, then the
-    // timeout from the command's start.
-    let status = running.wait(spawned + timeout + STAGE_TIMEOUT, &mut check_ready)?;
-    check_ready();
+    let timeout = req.limits.timeout;
+    // Unpacking may take its time too, but not forever: the stage's limit from the start, then
+    // the timeout from the command's start.
+    let status = running.wait(spawned + timeout + STAGE_TIMEOUT, || {
+        reports.poll().map(|at| at + timeout)
+    })?;
     let ended = Instant::now();
     let (bytes, output_truncated) = running.finish();
+    reports.poll();
     let archived = archiver.wait_with_output();
-    let Some(command_start) = ready_at else {
+    let Some(command_start) = reports.ready_at else {
         let archive_error = archived
             .ok()
             .filter(|o| !o.status.success())
@@ -867,7 +937,6 @@ fn run_command(
             .map(i64::from)
             .or_else(|| s.signal().map(|sig| 128 + i64::from(sig)))
     });
-    let collected = collect.and_then(|c| std::fs::read(c).ok());
     Ok(ExecOutput {
         exit_code,
         timed_out: status.is_none(),
@@ -876,7 +945,7 @@ fn run_command(
         prepare_log: String::new(),
         patches: Vec::new(),
         started: true,
-        collected,
+        collected: (req.collect.is_some() && status.is_some()).then_some(reports.collected),
         command_time: ended.saturating_duration_since(command_start),
         overhead: Duration::ZERO,
     })
@@ -893,14 +962,16 @@ pub(super) fn probe(bwrap: &Path, as_root: bool) -> Result<(), String> {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    let uid = as_root.then(ExecutionUid::draw);
     ChildSetup {
-        uid: as_root.then(execution_uid),
+        uid: uid.as_ref().map(|u| u.0),
         nproc: 64,
         address_space: u64::MAX,
         file_size: u64::MAX,
         strict: true,
         fd3: Some(fd.as_raw_fd()),
         fd4: None,
+        fd5: None,
     }
     .install(&mut cmd);
     let out = cmd.output().map_err(|e| format!("cannot start {}: {e}", bwrap.display()))?;
