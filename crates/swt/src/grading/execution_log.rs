@@ -1,7 +1,9 @@
 //! One execution's log as SWT-bench reads it (`get_logs_eval`): the part of the log the parser
-//! sees, the status map, and whether the log shows the patch applied. Pure.
+//! sees, the status map, and whether the log shows the patch applied; beside them, where in that
+//! part each status was read and the runner's closing line, for [`injection`]'s checks. Pure.
 
-use crate::grading::parsers::{Family, StatusMap};
+use crate::grading::injection::{self, ClosingLine};
+use crate::grading::parsers::{Family, Report, StatusMap};
 use crate::grading::pytext;
 use crate::grading::rules::Rules;
 use regex::Regex;
@@ -28,6 +30,10 @@ static TRACED_COMMAND: LazyLock<Regex> = LazyLock::new(|| {
 pub struct LogReading {
     /// The status map.
     pub statuses: StatusMap,
+    /// Every status the parser read, and where in the parsed text (see [`Report`]).
+    pub reports: Vec<Report>,
+    /// The runner's last closing summary line in the parsed text.
+    pub closing_line: Option<ClosingLine>,
     /// The log says `applied patch` (any case) and holds no failure marker.
     pub patch_applied: bool,
     /// The failure marker the log holds, if any.
@@ -80,6 +86,8 @@ pub fn read(raw: Option<&str>, family: Family, rules: Rules) -> LogReading {
     }
     let parsed = family.parse(content, rules);
     reading.statuses = parsed.statuses;
+    reading.reports = parsed.reports;
+    reading.closing_line = injection::closing_line(family, content);
     reading.raises = reading.raises.or(parsed.raises);
     reading.patch_applied = contains_ignore_ascii_case(raw, "applied patch");
     reading

@@ -2,6 +2,7 @@
 //! checks beside it (`suspicious`), which change the verdict only when asked (`strict`). Pure.
 
 use crate::grading::execution_log::{self, LogReading};
+use crate::grading::injection;
 use crate::grading::parsers::{Family, StatusMap, TestStatus};
 use crate::grading::rules::{self, Categories, Rules};
 use serde::{Deserialize, Serialize};
@@ -34,6 +35,10 @@ pub mod finding {
     pub const OUTPUT_TRUNCATED: &str = "output_truncated";
     /// The execution was killed at the timeout; as in SWT-bench its log counts as missing.
     pub const TIMED_OUT: &str = "timed_out";
+    /// The parser reads a test's status from text after the runner's closing summary line.
+    pub const RESULTS_AFTER_SUMMARY: &str = "results_after_summary";
+    /// Lines of one log give a test conflicting statuses: PASSED and FAILED, or ERROR then PASSED.
+    pub const CONFLICTING_RESULTS: &str = "conflicting_results";
 }
 
 /// One suspicious finding.
@@ -171,6 +176,7 @@ fn findings(run: &str, input: &RunInput, reading: &LogReading) -> Vec<Suspicion>
             format!("the log reports passes and no failure, yet the test command exited {code}"),
         ));
     }
+    out.extend(injection::findings(run, reading));
     out
 }
 
@@ -349,6 +355,49 @@ mod tests {
         missing[1].exit_code = Some(127);
         let g = grade(&missing, Family::Pytest, Rules::default(), false).unwrap();
         assert!(kinds(&g).contains(&finding::COMMAND_NOT_FOUND));
+    }
+
+    #[test]
+    fn injected_results_change_only_a_strict_verdict() {
+        // The reproduction test fails after the fix too, then prints a PASSED line at exit.
+        let forged = format!(
+            "{APPLIED}FAILED tests/t.py::new - boom\n=== 1 failed in 0.10s ===\n\
+             PASSED tests/t.py::new\n"
+        );
+        let runs = six(
+            run(&format!("{APPLIED}FAILED tests/t.py::new\n"), 1),
+            run(&forged, 1),
+        );
+        let g = grade(&runs, Family::Pytest, Rules::default(), false).unwrap();
+        assert!(g.resolved && g.f2p, "SWT-bench's verdict stands: {g:?}");
+        assert_eq!(
+            kinds(&g),
+            vec![
+                finding::PASSES_AFTER_FAILED_EXIT,
+                finding::RESULTS_AFTER_SUMMARY,
+                finding::CONFLICTING_RESULTS
+            ]
+        );
+        assert!(
+            g.suspicious
+                .iter()
+                .all(|s| s.run.as_deref() == Some("pred_post"))
+        );
+        // Exit 0 (os._exit in an atexit hook): the new findings alone make a strict verdict.
+        let mut exit_0 = runs.clone();
+        exit_0[1].exit_code = Some(0);
+        let plain = grade(&exit_0, Family::Pytest, Rules::default(), false).unwrap();
+        let strict = grade(&exit_0, Family::Pytest, Rules::default(), true).unwrap();
+        assert_eq!(
+            kinds(&strict),
+            vec![finding::RESULTS_AFTER_SUMMARY, finding::CONFLICTING_RESULTS]
+        );
+        assert!(plain.resolved && !strict.resolved && strict.strict_changed);
+        assert_eq!(
+            (strict.f2p, strict.tests_pred, strict.added_f2p),
+            (plain.f2p, plain.tests_pred, plain.added_f2p),
+            "only `resolved` moves"
+        );
     }
 
     #[test]

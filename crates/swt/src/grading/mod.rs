@@ -9,6 +9,7 @@
 
 pub mod coverage;
 pub mod execution_log;
+pub mod injection;
 pub mod instance;
 pub mod parsers;
 pub mod pytext;

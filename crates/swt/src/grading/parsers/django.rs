@@ -16,7 +16,7 @@
 //!   and whitespace precedes it, it is the status; otherwise a status word right at `r`
 //!   (`...ok`); otherwise there is no match here and the search moves on by one position.
 
-use super::{Parsed, TestStatus};
+use super::{Parsed, Report, TestStatus};
 use crate::grading::pytext;
 
 /// Words the status search may not run past.
@@ -77,23 +77,23 @@ impl<'a> Text<'a> {
         self.stops.get(k).copied()
     }
 
-    /// The status after the `...` ending at `r`, and where the match ends.
-    fn status_after(&self, r: usize) -> Option<(TestStatus, usize)> {
+    /// The status after the `...` ending at `r`, where its word starts, and where the match ends.
+    fn status_after(&self, r: usize) -> Option<(TestStatus, usize, usize)> {
         if let Some((f, w)) = self.first_stop_after(r)
             && let Some(st) = status_of(w)
             && char_before(self.s, f).is_some_and(pytext::is_space)
         {
-            return Some((st, f + w.len()));
+            return Some((st, f, f + w.len()));
         }
         ["OK", "ok", "FAILED", "ERROR", "skipped"]
             .into_iter()
             .find(|w| self.s[r..].starts_with(w) && boundary(self.s, r + w.len()))
-            .and_then(|w| status_of(w).map(|st| (st, r + w.len())))
+            .and_then(|w| status_of(w).map(|st| (st, r, r + w.len())))
     }
 
     /// The whole expression at `start` (a boundary on `test`/`app_unmigrated`, `prefix` bytes
-    /// long): the id, its status and the end of the match.
-    fn match_at(&self, start: usize, prefix: usize) -> Option<(&'a str, TestStatus, usize)> {
+    /// long): the id, its status, where the status word starts and the end of the match.
+    fn match_at(&self, start: usize, prefix: usize) -> Option<(&'a str, TestStatus, usize, usize)> {
         let after = name_end(self.s, start, prefix)?;
         let mut ends = Vec::with_capacity(2);
         if let Some(q) = self.first_dots_after(after)
@@ -106,7 +106,7 @@ impl<'a> Text<'a> {
         }
         ends.into_iter().find_map(|r| {
             self.status_after(r)
-                .map(|(st, end)| (&self.s[start..after], st, end))
+                .map(|(st, word, end)| (&self.s[start..after], st, word, end))
         })
     }
 }
@@ -182,24 +182,41 @@ fn failure_line(line: &str, key: &str) -> Option<String> {
 pub fn parse(log: &str) -> Parsed {
     let mut out = Parsed::default();
     let text = Text::new(log);
+    let names = name_starts(log, &["test", "app_unmigrated"]);
     let mut from = 0;
-    for (start, prefix) in name_starts(log, &["test", "app_unmigrated"]) {
+    for &(start, prefix) in &names {
         if start < from {
             continue;
         }
-        if let Some((id, status, end)) = text.match_at(start, prefix) {
-            out.statuses.insert(id.to_string(), status);
+        if let Some((id, status, word, end)) = text.match_at(start, prefix) {
+            let after = start + id.len();
+            let borrowed = log[after..word].matches('\n').nth(1).is_some()
+                || names_between(log, &names, after, word);
+            out.record(Report {
+                borrowed,
+                ..Report::new(id.to_string(), status, start)
+            });
             from = end;
         }
     }
-    for line in log.split('\n') {
+    for (at, line) in super::lines(log) {
         for (key, status) in [("ERROR", TestStatus::Error), ("FAIL", TestStatus::Failed)] {
             if let Some(id) = failure_line(line, key) {
-                out.statuses.insert(id, status);
+                out.report(id, status, at);
             }
         }
     }
     out
+}
+
+/// A whole test name (`test... (...)`, as the expression's first part reads one) starts in
+/// `from..to`: a status word at `to` was found past another test's name.
+fn names_between(log: &str, names: &[(usize, usize)], from: usize, to: usize) -> bool {
+    let first = names.partition_point(|&(p, _)| p < from);
+    names[first..]
+        .iter()
+        .take_while(|&&(p, _)| p < to)
+        .any(|&(p, prefix)| name_end(log, p, prefix).is_some())
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ mod pytest;
 mod sympy;
 mod unittest;
 
+pub(crate) use pytest::strip_colour;
+
 use crate::grading::rules::Rules;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -48,17 +50,65 @@ impl TestStatus {
 /// Test id → status.
 pub type StatusMap = BTreeMap<String, TestStatus>;
 
+/// One status a parser read for a test, and where; `statuses` is made of these, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The test id, as it goes into the status map.
+    pub id: String,
+    /// The status read.
+    pub status: TestStatus,
+    /// Byte offset in the log where the test is named: the start of its line for the line-based
+    /// parsers (pytest families, `FAIL:`/`ERROR:` lines, unittest), the start of the matched
+    /// text for SymPy's expressions and Django's verbose-line expression.
+    pub at: usize,
+    /// The status word is not on the test's own line: SymPy's expression crossed a line break
+    /// (`... in test_x` then a traceback line `    ok = f()`), or Django's ran on past another
+    /// test's name or beyond the line after the name (`test_a ... FAIL` takes the next test's
+    /// `ok`, or `OK` from interleaved migration output). The word reports something else.
+    pub borrowed: bool,
+    /// The test file the log places the report in, where the id leaves it out: SymPy's ids are
+    /// bare function names (from a failure header, or the last `path.py[N]` line before).
+    pub file: Option<String>,
+}
+
+impl Report {
+    /// A report on the test's own line, with no file beside the id.
+    pub fn new(id: String, status: TestStatus, at: usize) -> Report {
+        Report {
+            id,
+            status,
+            at,
+            borrowed: false,
+            file: None,
+        }
+    }
+}
+
 /// What a parser made of a log.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Parsed {
     /// Statuses by test id.
     pub statuses: StatusMap,
+    /// Every status read, in the order the parser applied them (for SymPy, failure headers
+    /// first, whatever their place in the log).
+    pub reports: Vec<Report>,
     /// SWT-bench's parser raises on this log (an `IndexError` on a one-word status line); it
     /// would give no verdict. reprobench skips the line and says so here.
     pub raises: Option<String>,
 }
 
 impl Parsed {
+    /// Records a report; its status overwrites an earlier one for the id.
+    fn record(&mut self, report: Report) {
+        self.statuses.insert(report.id.clone(), report.status);
+        self.reports.push(report);
+    }
+
+    /// Records `status` for `id`, read at `at` on the test's own line.
+    fn report(&mut self, id: String, status: TestStatus, at: usize) {
+        self.record(Report::new(id, status, at));
+    }
+
     fn raise_at(&mut self, line: &str) {
         if self.raises.is_none() {
             let shown: String = line.chars().take(80).collect();
@@ -173,6 +223,15 @@ impl Family {
             Family::Unittest => unittest::parse(log),
         }
     }
+}
+
+/// `log.split('\n')` with each line's byte offset.
+pub(crate) fn lines(log: &str) -> impl Iterator<Item = (usize, &str)> {
+    log.split('\n').scan(0, |next, line| {
+        let at = *next;
+        *next += line.len() + 1;
+        Some((at, line))
+    })
 }
 
 /// The parser of an instance: SWT-bench's for its repository, else the environment's.

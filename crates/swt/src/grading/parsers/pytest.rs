@@ -61,7 +61,7 @@ fn rewrite_option(id: &str) -> Cow<'_, str> {
 /// `parse_log_pytest`, `parse_log_pytest_options` and `parse_log_matplotlib`.
 pub fn parse(log: &str, dialect: Dialect) -> Parsed {
     let mut out = Parsed::default();
-    for raw in log.split('\n') {
+    for (at, raw) in super::lines(log) {
         let line: Cow<'_, str> = if dialect == Dialect::Matplotlib && raw.contains("MouseButton.") {
             Cow::Owned(
                 raw.replace("MouseButton.LEFT", "1")
@@ -82,8 +82,7 @@ pub fn parse(log: &str, dialect: Dialect) -> Parsed {
             Dialect::Options => rewrite_option(id),
             _ => Cow::Borrowed(id),
         };
-        out.statuses
-            .insert(id.into_owned(), TestStatus::from_word(status));
+        out.report(id.into_owned(), TestStatus::from_word(status), at);
     }
     out
 }
@@ -92,7 +91,7 @@ static COLOUR_CODE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\[\d+m").expect("valid pattern"));
 
 /// pytest_v2's cleaning: `[NNm` colour codes removed, then the characters U+0001–U+001F.
-fn strip_colour(line: &str) -> Cow<'_, str> {
+pub(crate) fn strip_colour(line: &str) -> Cow<'_, str> {
     let line = if line.contains('[') {
         COLOUR_CODE.replace_all(line, "")
     } else {
@@ -113,23 +112,21 @@ fn strip_colour(line: &str) -> Cow<'_, str> {
 /// in a status word (`id STATUS`, first word → second word).
 pub fn parse_v2(log: &str) -> Parsed {
     let mut out = Parsed::default();
-    for raw in log.split('\n') {
+    for (at, raw) in super::lines(log) {
         let line = strip_colour(raw);
         if starts_with_status(&line) {
             let line = failed_dashes(&line);
             let mut words = pytext::split(&line);
             match (words.next(), words.next()) {
                 (Some(status), Some(id)) => {
-                    out.statuses
-                        .insert(id.to_string(), TestStatus::from_word(status));
+                    out.report(id.to_string(), TestStatus::from_word(status), at);
                 }
                 _ => out.raise_at(&line),
             }
         } else if ends_with_status(&line) {
             let mut words = pytext::split(&line);
             if let (Some(id), Some(status)) = (words.next(), words.next()) {
-                out.statuses
-                    .insert(id.to_string(), TestStatus::from_word(status));
+                out.report(id.to_string(), TestStatus::from_word(status), at);
             }
         }
     }
@@ -140,28 +137,22 @@ pub fn parse_v2(log: &str) -> Parsed {
 /// second word is PASSED) and `PASSED id` lines; nothing else is recorded.
 pub fn parse_seaborn(log: &str) -> Parsed {
     let mut out = Parsed::default();
-    for line in log.split('\n') {
+    for (at, line) in super::lines(log) {
         if line.starts_with("FAILED") {
             match pytext::split(line).nth(1) {
-                Some(id) => {
-                    out.statuses.insert(id.to_string(), TestStatus::Failed);
-                }
+                Some(id) => out.report(id.to_string(), TestStatus::Failed, at),
                 None => out.raise_at(line),
             }
         } else if line.contains(" PASSED ") {
             let mut words = pytext::split(line);
             match (words.next(), words.next()) {
-                (Some(id), Some("PASSED")) => {
-                    out.statuses.insert(id.to_string(), TestStatus::Passed);
-                }
+                (Some(id), Some("PASSED")) => out.report(id.to_string(), TestStatus::Passed, at),
                 (Some(_), Some(_)) => {}
                 _ => out.raise_at(line),
             }
         } else if line.starts_with("PASSED") {
             match pytext::split(line).nth(1) {
-                Some(id) => {
-                    out.statuses.insert(id.to_string(), TestStatus::Passed);
-                }
+                Some(id) => out.report(id.to_string(), TestStatus::Passed, at),
                 None => out.raise_at(line),
             }
         }

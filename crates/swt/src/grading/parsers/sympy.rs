@@ -5,7 +5,7 @@
 //! Since SWT-bench's 2025-09 rules a whitespace character must follow the status (so `test_x
 //! Fixed` is no failure); the 2024 rules lack that.
 
-use super::{Parsed, TestStatus};
+use super::{Parsed, Report, TestStatus};
 use crate::grading::pytext::{NON_SPACE_CLASS, SPACE_CLASS};
 use regex::Regex;
 use std::sync::LazyLock;
@@ -21,6 +21,10 @@ fn status_line(trailing_space: bool) -> Regex {
     .expect("valid pattern")
 }
 
+/// The line opening a test file's results: `sympy/core/tests/test_basic.py[3] `.
+static FILE_LINE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"(?m)^(\S+\.py)\[\d+\]").expect("valid pattern"));
+
 static STATUS_LINE: LazyLock<Regex> = LazyLock::new(|| status_line(true));
 static STATUS_LINE_2024: LazyLock<Regex> = LazyLock::new(|| status_line(false));
 
@@ -28,8 +32,16 @@ static STATUS_LINE_2024: LazyLock<Regex> = LazyLock::new(|| status_line(false));
 pub fn parse(log: &str, trailing_space: bool) -> Parsed {
     let mut out = Parsed::default();
     for c in FAILURE_HEADER.captures_iter(log) {
-        out.statuses.insert(c[3].to_string(), TestStatus::Failed);
+        let at = c.get(0).map_or(0, |m| m.start());
+        out.record(Report {
+            file: Some(format!("{}.py", &c[2])),
+            ..Report::new(c[3].to_string(), TestStatus::Failed, at)
+        });
     }
+    let files: Vec<(usize, &str)> = FILE_LINE
+        .captures_iter(log)
+        .filter_map(|c| Some((c.get(0)?.start(), c.get(1)?.as_str())))
+        .collect();
     let line = if trailing_space {
         &*STATUS_LINE
     } else {
@@ -41,7 +53,18 @@ pub fn parse(log: &str, trailing_space: bool) -> Parsed {
             "F" => TestStatus::Failed,
             _ => TestStatus::Passed,
         };
-        out.statuses.insert(format!("test_{}", &c[1]), status);
+        let (Some(whole), Some(word)) = (c.get(0), c.get(2)) else {
+            continue;
+        };
+        let at = whole.start();
+        let file = files[..files.partition_point(|&(p, _)| p < at)]
+            .last()
+            .map(|&(_, f)| f.to_string());
+        out.record(Report {
+            borrowed: log[at..word.start()].contains('\n'),
+            file,
+            ..Report::new(format!("test_{}", &c[1]), status, at)
+        });
     }
     out
 }

@@ -7,17 +7,19 @@
 //! (i=1) ... FAIL`, and `FAIL:`/`ERROR:` blocks, subtest parameters included. A failing subtest
 //! fails its test. The worse of two reports for a test wins.
 
-use super::{Parsed, StatusMap, TestStatus};
+use super::{Parsed, Report, TestStatus};
 
 /// Pseudo-tests unittest reports when a module cannot be imported (e.g. a test file that does
 /// not exist before the test patch): not tests, so not counted.
 const LOADER_FAILURE: &str = "unittest.loader.";
 
-fn record(out: &mut StatusMap, id: String, status: TestStatus) {
+/// Records `status` for the test `id` named at `at`; the worse status wins.
+fn record(out: &mut Parsed, (id, at): (String, usize), status: TestStatus) {
     if id.starts_with(LOADER_FAILURE) {
         return;
     }
-    let e = out.entry(id).or_insert(status);
+    out.reports.push(Report::new(id.clone(), status, at));
+    let e = out.statuses.entry(id).or_insert(status);
     *e = (*e).max(status);
 }
 
@@ -69,9 +71,10 @@ fn test_id(head: &str) -> Option<String> {
 /// `unittest -v` output → statuses.
 pub fn parse(log: &str) -> Parsed {
     let mut out = Parsed::default();
-    // A test whose line ended before its status (a docstring, output, or subtests follow).
-    let mut pending: Option<String> = None;
-    for line in log.split('\n') {
+    // A test whose line ended before its status (a docstring, output, or subtests follow), and
+    // where it is named.
+    let mut pending: Option<(String, usize)> = None;
+    for (at, line) in super::lines(log) {
         let line = line.trim_end();
         if let Some((rest, status)) = line
             .strip_prefix("FAIL: ")
@@ -79,7 +82,7 @@ pub fn parse(log: &str) -> Parsed {
             .or_else(|| line.strip_prefix("ERROR: ").map(|r| (r, TestStatus::Error)))
         {
             if let Some(id) = test_id(rest) {
-                record(&mut out.statuses, id, status);
+                record(&mut out, (id, at), status);
             }
             continue;
         }
@@ -93,23 +96,24 @@ pub fn parse(log: &str) -> Parsed {
         if tails.is_empty() && !open_end {
             // No ` ... ` here: a name whose docstring follows, or a status on its own line.
             if let Some(id) = test_id(head) {
-                pending = Some(id);
-            } else if let (Some(id), Some(s)) = (pending.as_ref(), status_word(head)) {
-                record(&mut out.statuses, id.clone(), s);
-                pending = None;
+                pending = Some((id, at));
+            } else if let Some(s) = status_word(head)
+                && let Some(named) = pending.take()
+            {
+                record(&mut out, named, s);
             }
             continue;
         }
         // The head is a test (or subtest) name, or the docstring of the pending test.
-        let mut current = test_id(head).or_else(|| pending.take());
+        let mut current = test_id(head).map(|id| (id, at)).or_else(|| pending.take());
         for tail in tails {
             if let Some(s) = status_word(tail) {
-                if let Some(id) = current.take() {
-                    record(&mut out.statuses, id, s);
+                if let Some(named) = current.take() {
+                    record(&mut out, named, s);
                 }
             } else if let Some(id) = test_id(tail) {
                 // The previous test printed no status (its subtests report in FAIL: blocks).
-                current = Some(id);
+                current = Some((id, at));
             }
         }
         pending = current;
@@ -119,6 +123,7 @@ pub fn parse(log: &str) -> Parsed {
 
 #[cfg(test)]
 mod tests {
+    use super::super::StatusMap;
     use super::*;
     use TestStatus::*;
 
