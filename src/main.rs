@@ -155,9 +155,10 @@ pub struct SwtNodeArgs {
     /// executor reads [default: ./datasets].
     #[arg(long, value_name = "DIR")]
     android_datasets: Option<PathBuf>,
-    /// Run process executions even where this node cannot isolate them (no network namespace:
-    /// root without CAP_SYS_ADMIN, or no user namespaces for a non-root node). Off, such a node
-    /// refuses them with an error saying why; on, every report says they ran unisolated.
+    /// Run process executions even where this node cannot isolate them (no bubblewrap, or a
+    /// kernel or container that refuses it the namespaces of an execution's sandbox). Off, such
+    /// a node refuses them with an error saying why; on, they run as plain processes, nothing
+    /// of the harness hidden from them, and every report says they ran unisolated.
     #[arg(long)]
     allow_unisolated_process: bool,
 }

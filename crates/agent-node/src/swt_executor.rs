@@ -241,7 +241,7 @@ impl SwtExecutor {
             patches: report.patches,
             command_ms: out.command_time.as_millis() as u64,
             overhead_ms: out.overhead.as_millis() as u64,
-            test_ms: report.started.then(|| out.command_time.as_millis() as u64),
+            test_ms: report.started.then_some(out.command_time.as_millis() as u64),
             cached: false,
             output_truncated: out.output_truncated,
         };
@@ -254,10 +254,7 @@ impl SwtExecutor {
             if let Some(dir) = f.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
-            let tmp = f.with_extension(format!(
-                "tmp-{}",
-                reprobench_domain::secret::random_hex(8)
-            ));
+            let tmp = f.with_extension(format!("tmp-{}", reprobench_domain::secret::random_hex(8)));
             let cached = CachedExecution {
                 record: exec.record.clone(),
                 log: exec.log.clone(),

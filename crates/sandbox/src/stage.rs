@@ -226,7 +226,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("code", true), ("test", true), ("test", false)]
         );
-        assert!(report.log.contains("Applied patch pkg/m.py cleanly."), "{}", report.log);
+        assert!(
+            report.log.contains("Applied patch pkg/m.py cleanly."),
+            "{}",
+            report.log
+        );
         assert!(!report.log.contains("REPROBENCH-"), "{}", report.log);
         // One commit, the fixed identity and date, the patched tree, a clean status.
         assert_eq!(sh(&dir, "git rev-list --count HEAD").trim(), "1");
@@ -241,7 +245,10 @@ mod tests {
         assert_eq!(sh(&dir, "git status --porcelain"), "");
         assert_eq!(sh(&dir, "git diff HEAD --stat"), "");
         // Only the commit and its trees: no blob, so none old and none new.
-        let objects = sh(&dir, "git cat-file --batch-all-objects --batch-check='%(objecttype)'");
+        let objects = sh(
+            &dir,
+            "git cat-file --batch-all-objects --batch-check='%(objecttype)'",
+        );
         assert!(!objects.contains("blob"), "{objects}");
         assert_eq!(objects.lines().filter(|l| *l == "commit").count(), 1);
     }
@@ -261,7 +268,10 @@ mod tests {
                  find .git -type f | grep -v '/objects/pack/' | sort",
             )
         };
-        assert_eq!(shape(&[("test", TEST)]), shape(&[("code", FIX), ("test", TEST)]));
+        assert_eq!(
+            shape(&[("test", TEST)]),
+            shape(&[("code", FIX), ("test", TEST)])
+        );
     }
 
     #[test]
@@ -269,12 +279,23 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = stage(root.path());
         std::fs::create_dir_all(dir.join("pkg/__pycache__")).unwrap();
-        for f in ["pkg/__pycache__/m.cpython-311.pyc", "pkg/other.pyc", "pkg/__pycache__/gone.cpython-311.pyc", "pkg/only.pyc"] {
+        for f in [
+            "pkg/__pycache__/m.cpython-311.pyc",
+            "pkg/other.pyc",
+            "pkg/__pycache__/gone.cpython-311.pyc",
+            "pkg/only.pyc",
+        ] {
             std::fs::write(dir.join(f), "bytecode").unwrap();
         }
         let scratch = root.path().join("scratch");
         std::fs::create_dir(&scratch).unwrap();
-        let out = sh(&dir, &format!("N=n1\n{FUNCTIONS}{}", steps(&[], &scratch.display().to_string())));
+        let out = sh(
+            &dir,
+            &format!(
+                "N=n1\n{FUNCTIONS}{}",
+                steps(&[], &scratch.display().to_string())
+            ),
+        );
         assert!(read(&out, "n1").sealed, "{out}");
         // Caches of sources that are there go; a bytecode file without its source is content.
         assert!(!dir.join("pkg/__pycache__/m.cpython-311.pyc").exists());
@@ -288,7 +309,10 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let dir = root.path().join("not-a-repo");
         std::fs::create_dir(&dir).unwrap();
-        let out = sh(&dir, &format!("N=n1\n{FUNCTIONS}{}", steps(&[], "/nonexistent/x")));
+        let out = sh(
+            &dir,
+            &format!("N=n1\n{FUNCTIONS}{}", steps(&[], "/nonexistent/x")),
+        );
         let r = read(&out, "n1");
         assert!(!r.sealed, "{out}");
     }

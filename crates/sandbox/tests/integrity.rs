@@ -141,7 +141,15 @@ fn mirror(root: &Path) -> (PathBuf, String) {
     let ok = Command::new("git")
         .arg("-C")
         .arg(&work)
-        .args(["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "pkg"])
+        .args([
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "pkg",
+        ])
         .env("GIT_AUTHOR_DATE", "2020-01-01T00:00:00Z")
         .env("GIT_COMMITTER_DATE", "2020-01-01T00:00:00Z")
         .status()
@@ -237,7 +245,9 @@ async fn sandboxes(root: &Path) -> Vec<(&'static str, Arc<dyn Sandbox>, Prepared
         Ok(_) => {
             require(
                 "REPROBENCH_REQUIRE_DOCKER",
-                &format!("base image {DEFAULT_BASE_IMAGE} is missing (reprobench images bootstrap)"),
+                &format!(
+                    "base image {DEFAULT_BASE_IMAGE} is missing (reprobench images bootstrap)"
+                ),
             );
         }
         Err(e) => {
@@ -283,17 +293,45 @@ async fn a_pre_and_a_post_execution_see_the_same_world_but_for_the_code() {
         let pre = run(&[("test", TEST)]).await;
         let post = run(&[("code", FIX), ("test", TEST)]).await;
         // The code differs, and the post execution runs the fixed code, not a stale cache of it.
-        assert_eq!((pre["f"].as_i64(), post["f"].as_i64()), (Some(1), Some(2)), "{kind}");
+        assert_eq!(
+            (pre["f"].as_i64(), post["f"].as_i64()),
+            (Some(1), Some(2)),
+            "{kind}"
+        );
         let (pre, post) = (&pre["world"], &post["world"]);
         for key in pre.as_object().unwrap().keys() {
-            assert_eq!(pre[key], post[key], "{kind}: `{key}` differs between pre and post");
+            assert_eq!(
+                pre[key], post[key],
+                "{kind}: `{key}` differs between pre and post"
+            );
         }
-        assert_eq!(post["markers_found"], serde_json::json!([]), "{kind}: an earlier execution's files are there");
-        assert_eq!(post["fix_text_outside_the_tree"], serde_json::json!([]), "{kind}");
-        assert_eq!(post["venv_writable"], serde_json::json!(false), "{kind}: the environment is writable");
+        assert_eq!(
+            post["markers_found"],
+            serde_json::json!([]),
+            "{kind}: an earlier execution's files are there"
+        );
+        assert_eq!(
+            post["fix_text_outside_the_tree"],
+            serde_json::json!([]),
+            "{kind}"
+        );
+        assert_eq!(
+            post["venv_writable"],
+            serde_json::json!(false),
+            "{kind}: the environment is writable"
+        );
         let git = post["git"].as_str().unwrap();
-        assert!(git.starts_with("reprobench reprobench@localhost 946684800 +0000 reprobench: base commit\n"), "{kind}: {git}");
-        assert_ne!(post["identity"][0], serde_json::json!(0), "{kind}: runs as root");
+        assert!(
+            git.starts_with(
+                "reprobench reprobench@localhost 946684800 +0000 reprobench: base commit\n"
+            ),
+            "{kind}: {git}"
+        );
+        assert_ne!(
+            post["identity"][0],
+            serde_json::json!(0),
+            "{kind}: runs as root"
+        );
         eprintln!("{kind}: pre and post see the same world");
     }
 }
@@ -308,7 +346,10 @@ fn alive(marker: &str) -> bool {
 async fn none_left(kind: &str, marker: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while alive(marker) {
-        assert!(Instant::now() < deadline, "{kind}: a process of the execution is still alive ({marker})");
+        assert!(
+            Instant::now() < deadline,
+            "{kind}: a process of the execution is still alive ({marker})"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -326,7 +367,10 @@ async fn every_process_an_execution_started_ends_with_it_setsid_or_not() {
         );
         let out = tokio::time::timeout(
             Duration::from_secs(300),
-            sb.exec(&prepared, request(&[], &["sh", "-c", &script], Duration::from_secs(600))),
+            sb.exec(
+                &prepared,
+                request(&[], &["sh", "-c", &script], Duration::from_secs(600)),
+            ),
         )
         .await
         .unwrap_or_else(|_| panic!("{kind}: the execution waited on its escaped processes"))
@@ -340,7 +384,10 @@ async fn every_process_an_execution_started_ends_with_it_setsid_or_not() {
         let script = format!("setsid sleep {marker} & sleep {marker}");
         let out = tokio::time::timeout(
             Duration::from_secs(300),
-            sb.exec(&prepared, request(&[], &["sh", "-c", &script], Duration::from_secs(2))),
+            sb.exec(
+                &prepared,
+                request(&[], &["sh", "-c", &script], Duration::from_secs(2)),
+            ),
         )
         .await
         .unwrap_or_else(|_| panic!("{kind}: the timed-out execution did not end"))

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 /// Packages the base image needs: Python with venv (for the env layer), git and patch (to apply
 /// predictions), CA certificates, ps (for tests that inspect processes).
-const PACKAGES: &str = "python3,python3-venv,git,patch,ca-certificates,procps";
+const PACKAGES: &str = "python3,python3-venv,git,patch,ca-certificates,procps,bubblewrap";
 /// Where the CA bundle goes (the system bundle path, so everything trusts it).
 const ROOTFS_CA: &str = "etc/ssl/certs/ca-certificates.crt";
 /// Directories emptied after debootstrap: caches and docs nobody in a container reads.

@@ -57,7 +57,11 @@ const OWNER_LABEL: &str = "reprobench.owner";
 /// This process as an owner: host name, pid and start time.
 fn owner() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}/{}", host.trim(), process_tag(std::process::id()).unwrap_or_default())
+    format!(
+        "{}/{}",
+        host.trim(),
+        process_tag(std::process::id()).unwrap_or_default()
+    )
 }
 
 /// `PID-START` of a live process (start: field 22 of `/proc/PID/stat`).
@@ -109,14 +113,22 @@ pub(super) async fn remove_leftovers(docker: &Docker) -> usize {
         if !gone {
             continue;
         }
-        let options = RemoveContainerOptionsBuilder::new().force(true).v(true).build();
+        let options = RemoveContainerOptionsBuilder::new()
+            .force(true)
+            .v(true)
+            .build();
         match docker.remove_container(&id, Some(options)).await {
             Ok(()) => removed += 1,
-            Err(e) => warn!(container = %id, error = %e, "cannot remove a leftover execution container"),
+            Err(e) => {
+                warn!(container = %id, error = %e, "cannot remove a leftover execution container")
+            }
         }
     }
     if removed > 0 {
-        info!(removed, "removed execution containers of nodes no longer running");
+        info!(
+            removed,
+            "removed execution containers of nodes no longer running"
+        );
     }
     removed
 }
@@ -191,7 +203,8 @@ fn script(nonce: &str, req: &ExecRequest) -> String {
 
 /// The archive the container reads from its standard input, with its length on a first line.
 fn input_archive(run_sh: &str, req: &ExecRequest) -> Result<Vec<u8>, SandboxError> {
-    let io = |e: std::io::Error| SandboxError::Infra(format!("packing the execution's inputs: {e}"));
+    let io =
+        |e: std::io::Error| SandboxError::Infra(format!("packing the execution's inputs: {e}"));
     let mut b = tar::Builder::new(Vec::new());
     let mut add = |path: &str, contents: &[u8], mode: u32| -> Result<(), SandboxError> {
         let mut h = tar::Header::new_gnu();
@@ -258,7 +271,13 @@ pub(super) async fn exec(
         stdin: Some(stdin),
         execution: true,
     };
-    let ran = run(docker, spec, Framer::new(&nonce, req.limits.max_output_bytes), warnings).await?;
+    let ran = run(
+        docker,
+        spec,
+        Framer::new(&nonce, req.limits.max_output_bytes),
+        warnings,
+    )
+    .await?;
     let parts = ran.output.finish();
     let staged = stage::read(&parts.setup, &nonce);
     if !parts.started {
@@ -632,7 +651,10 @@ fn container_body(spec: &Spec<'_>) -> ContainerCreateBody {
         tmpfs.extend([
             (
                 "/stage".to_string(),
-                format!("rw,exec,nosuid,nodev,mode=0700{}", size(l.disk_mb.saturating_mul(2))),
+                format!(
+                    "rw,exec,nosuid,nodev,mode=0700{}",
+                    size(l.disk_mb.saturating_mul(2))
+                ),
             ),
             (
                 "/work".to_string(),
@@ -823,10 +845,11 @@ async fn drive<S: Sink>(
         .map_err(|e| engine_error("starting the execution container", e))?;
     let started = Instant::now();
     if let Some(bytes) = &spec.stdin {
-        input
-            .write_all(bytes)
-            .await
-            .map_err(|e| SandboxError::Infra(format!("sending the inputs to the execution container: {e}")))?;
+        input.write_all(bytes).await.map_err(|e| {
+            SandboxError::Infra(format!(
+                "sending the inputs to the execution container: {e}"
+            ))
+        })?;
         let _ = input.flush().await;
     }
     let mut wait = Box::pin(docker.wait_container(id, None));
@@ -958,7 +981,12 @@ mod tests {
     fn the_cap_applies_to_the_command_output_alone() {
         let long = "x".repeat(10_000);
         let p = framed(
-            &["Applied patch a.py cleanly.\nREPROBENCH-n1 START 1\n", &long, "\nthe end\n", "REPROBENCH-n1 END 0 2\n"],
+            &[
+                "Applied patch a.py cleanly.\nREPROBENCH-n1 START 1\n",
+                &long,
+                "\nthe end\n",
+                "REPROBENCH-n1 END 0 2\n",
+            ],
             1000,
         );
         assert_eq!(p.setup, "Applied patch a.py cleanly.\n");
@@ -987,7 +1015,11 @@ mod tests {
         let archive = input_archive(&s, &req).unwrap();
         let (len, rest) = archive.split_at(archive.iter().position(|b| *b == b'\n').unwrap() + 1);
         assert_eq!(
-            std::str::from_utf8(len).unwrap().trim().parse::<usize>().unwrap(),
+            std::str::from_utf8(len)
+                .unwrap()
+                .trim()
+                .parse::<usize>()
+                .unwrap(),
             rest.len()
         );
         let mut names: Vec<String> = tar::Archive::new(rest)
@@ -1021,7 +1053,10 @@ mod tests {
             assert_eq!(unsupported_limit(msg), want, "{msg}");
         }
         let e = refused(Limit::Pids, "no pids").to_string();
-        assert!(e.contains("process limit") && e.contains("not run without it"), "{e}");
+        assert!(
+            e.contains("process limit") && e.contains("not run without it"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1068,6 +1103,9 @@ mod tests {
         let me = owner();
         let host = me.split('/').next().unwrap();
         assert!(!owner_is_gone(&me, host), "this process is alive");
-        assert!(owner_is_gone(&format!("{host}/4294967294-1"), host), "no such process");
+        assert!(
+            owner_is_gone(&format!("{host}/4294967294-1"), host),
+            "no such process"
+        );
     }
 }

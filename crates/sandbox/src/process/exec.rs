@@ -115,7 +115,11 @@ impl Drop for ExecutionUid {
 /// This process's identity for the names of its work directories: pid and start time (clock
 /// ticks since boot), so a later node can tell a dead owner's leftovers from a live one's.
 pub(super) fn owner_tag() -> String {
-    format!("{}-{}", std::process::id(), start_time(std::process::id()).unwrap_or(0))
+    format!(
+        "{}-{}",
+        std::process::id(),
+        start_time(std::process::id()).unwrap_or(0)
+    )
 }
 
 /// A process's start time (field 22 of `/proc/PID/stat`).
@@ -476,7 +480,9 @@ fn spawn_collected(mut cmd: Command, cap: usize, what: &str) -> Result<Running, 
         .try_clone()
         .map_err(|e| infra("creating the output pipe", e))?;
     cmd.stdout(Stdio::from(writer)).stderr(Stdio::from(writer2));
-    let child = cmd.spawn().map_err(|e| infra(&format!("starting {what}"), e))?;
+    let child = cmd
+        .spawn()
+        .map_err(|e| infra(&format!("starting {what}"), e))?;
     drop(cmd); // closes our copies of the pipe's write end
     let collector = std::thread::spawn(move || {
         let mut kept = CappedOutput::new(cap);
@@ -604,7 +610,8 @@ fn stage_tree(
         stage::FUNCTIONS,
         stage::steps(&patches, &scratch)
     );
-    std::fs::write(input.join("stage.sh"), script).map_err(|e| infra("writing the stage script", e))?;
+    std::fs::write(input.join("stage.sh"), script)
+        .map_err(|e| infra("writing the stage script", e))?;
     let script_path = input_dir.join("stage.sh");
 
     let mut cmd;
@@ -692,7 +699,8 @@ fn support_archive(files: &[crate::InputFile]) -> Result<Vec<u8>, SandboxError> 
         h.set_mode(f.mode & 0o7777);
         h.set_mtime(stage::SEAL_TIME as u64);
         h.set_entry_type(tar::EntryType::Regular);
-        b.append_data(&mut h, &f.path, f.contents.as_slice()).map_err(io)?;
+        b.append_data(&mut h, &f.path, f.contents.as_slice())
+            .map_err(io)?;
     }
     b.into_inner().map_err(io)
 }
@@ -787,7 +795,11 @@ fn run_command(
     // SAFETY: a valid fd we own; non-blocking so the wait loop can poll it.
     unsafe {
         let flags = libc::fcntl(reports_fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(reports_fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+        libc::fcntl(
+            reports_fd.as_raw_fd(),
+            libc::F_SETFL,
+            flags | libc::O_NONBLOCK,
+        );
     }
     let reports_writer: OwnedFd = reports_writer.into();
 
@@ -863,8 +875,16 @@ fn run_command(
             args.extend(sized_tmpfs(SUPPORT_DIR, disk_mb));
             // One identity inside, whatever uid the execution has outside.
             args.extend(
-                ["--uid", COMMAND_UID, "--gid", COMMAND_UID, "--hostname", "reprobench", "--chdir"]
-                    .map(String::from),
+                [
+                    "--uid",
+                    COMMAND_UID,
+                    "--gid",
+                    COMMAND_UID,
+                    "--hostname",
+                    "reprobench",
+                    "--chdir",
+                ]
+                .map(String::from),
             );
             args.push(repo_s);
             let fd = args_pipe(&args)?;
@@ -974,7 +994,9 @@ pub(super) fn probe(bwrap: &Path, as_root: bool) -> Result<(), String> {
         fd5: None,
     }
     .install(&mut cmd);
-    let out = cmd.output().map_err(|e| format!("cannot start {}: {e}", bwrap.display()))?;
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", bwrap.display()))?;
     drop(fd);
     if out.status.success() {
         Ok(())

@@ -93,7 +93,10 @@ impl ProcessSandbox {
         let _ = std::fs::set_permissions(&cache_dir, std::fs::Permissions::from_mode(0o755));
         let removed = exec::remove_leftovers(&cache_dir.join("work"));
         if removed > 0 {
-            tracing::info!(removed, "process sandbox: removed work directories of nodes no longer running");
+            tracing::info!(
+                removed,
+                "process sandbox: removed work directories of nodes no longer running"
+            );
         }
         // SAFETY: geteuid has no preconditions.
         let as_root = unsafe { libc::geteuid() } == 0;
@@ -906,7 +909,8 @@ mod tests {
             eprintln!("skipped: this check is for a node that runs as root");
             return;
         }
-        let bwrap = exec::find_bwrap().expect("bubblewrap is installed (apt-get install bubblewrap)");
+        let bwrap =
+            exec::find_bwrap().expect("bubblewrap is installed (apt-get install bubblewrap)");
         assert_eq!(exec::probe(&bwrap, true), Ok(()));
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -927,7 +931,10 @@ mod tests {
         assert!(problem.contains("--cache-dir"), "{problem}");
         // A bwrap that is not one.
         let problem = isolation_problem(dir.path(), false, Some(Path::new("/bin/false"))).unwrap();
-        assert!(problem.contains("bubblewrap could not make a sandbox"), "{problem}");
+        assert!(
+            problem.contains("bubblewrap could not make a sandbox"),
+            "{problem}"
+        );
     }
 
     #[test]
