@@ -11,7 +11,8 @@ instance. Prints SWT-bench predictions (JSONL) for swt-mini on standard output:
 
 `--kinds` prints the kinds and their instances instead; `--injected` prints one genuine
 reproduction (of reprobench__textkit-1) that also prints forged result lines after the runner's
-summary, which `suspicious` must name and `--strict` must refuse.
+summary, which `suspicious` must name and `--strict` must refuse; `--escape` prints a test that
+starts `setsid sleep 3600` holding the output and hangs (run it with a short `--timeout-s`).
 """
 import json
 import os
@@ -94,7 +95,11 @@ def readable_places(deadline):
 
 
 def read_small(path):
+    """A regular file's first 4 MiB (never a pipe or a device, which could block)."""
+    import stat
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return ""
         with open(path, "rb") as f:
             return f.read(4 << 20).decode("utf-8", "replace")
     except Exception:
@@ -230,7 +235,24 @@ atexit.register(lambda: print("FAILED tests/test_injected.py::test_forged\n"
 '''
 
 
+ESCAPE = r'''import subprocess, sys, time, unittest
+
+
+class Escape(unittest.TestCase):
+    def test_escape(self):
+        # Outlives the test if it can, holding the output open.
+        subprocess.Popen(["setsid", "sleep", "3600"], stdout=sys.__stdout__, stderr=sys.__stderr__)
+        time.sleep(3600)
+'''
+
+
 def main():
+    if "--escape" in sys.argv[1:]:
+        # A test that starts `setsid sleep 3600` holding the output, then hangs: its execution
+        # must end at the timeout, and leave no process.
+        patch = new_file_diff("tests/test_escape.py", ESCAPE)
+        print(json.dumps({"instance_id": "reprobench__textkit-2", "model_name_or_path": "escape", "model_patch": patch}))
+        return
     if "--injected" in sys.argv[1:]:
         # A genuine reproduction of reprobench__textkit-1 that also prints forged result lines.
         patch = new_file_diff("tests/test_injected.py", INJECTED)

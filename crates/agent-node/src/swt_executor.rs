@@ -241,7 +241,9 @@ impl SwtExecutor {
             patches: report.patches,
             command_ms: out.command_time.as_millis() as u64,
             overhead_ms: out.overhead.as_millis() as u64,
-            test_ms: report.started.then_some(out.command_time.as_millis() as u64),
+            test_ms: report
+                .started
+                .then_some(out.command_time.as_millis() as u64),
             cached: false,
             output_truncated: out.output_truncated,
         };

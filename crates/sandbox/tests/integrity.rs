@@ -423,3 +423,34 @@ async fn support_files_are_there_outside_the_tree_and_the_collected_one_comes_ba
         assert_eq!(out.collected.as_deref(), Some(&b"counted\n"[..]), "{kind}");
     }
 }
+
+#[tokio::test]
+async fn a_dropped_execution_is_killed_at_once_not_left_to_its_timeout() {
+    let root = tempdir();
+    for (kind, sb, prepared) in sandboxes(root.path()).await {
+        let marker = format!("3602.{}{}", std::process::id(), kind.len());
+        let script = format!("setsid sleep {marker} & sleep {marker}");
+        let task = tokio::spawn({
+            let (sb, prepared) = (sb.clone(), prepared.clone());
+            async move {
+                sb.exec(
+                    &prepared,
+                    request(&[], &["sh", "-c", &script], Duration::from_secs(3600)),
+                )
+                .await
+            }
+        });
+        // Running: then the attempt goes away (cancelled, revoked, drained).
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !alive(&marker) {
+            assert!(
+                Instant::now() < deadline,
+                "{kind}: the execution never started"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        task.abort();
+        none_left(kind, &marker).await;
+        eprintln!("{kind}: a dropped execution left no process");
+    }
+}

@@ -26,6 +26,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where the support directory is inside the command's sandbox.
@@ -77,6 +79,19 @@ pub(super) struct Context {
     pub as_root: bool,
     /// How executions are isolated.
     pub isolation: Isolation,
+    /// Set when the execution is no longer wanted (its future was dropped: the attempt was
+    /// cancelled, revoked or drained): whatever runs is killed.
+    pub cancelled: Arc<AtomicBool>,
+}
+
+/// Sets its flag when dropped: an execution whose future is dropped is killed, not left to run
+/// to its timeout.
+pub(super) struct CancelOnDrop(pub Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// The uids of this process's running executions.
@@ -436,11 +451,13 @@ struct Running {
 }
 
 impl Running {
-    /// Waits for the child until `deadline`, killing it (and its process group) when it passes;
-    /// `poll` runs on every turn (to notice the ready signal). Returns its status (`None`: killed).
+    /// Waits for the child until `deadline`, killing it (and its process group) when it passes
+    /// or `cancelled` is set; `poll` runs on every turn (to notice the ready signal). Returns
+    /// its status (`None`: killed).
     fn wait(
         &mut self,
         mut deadline: Instant,
+        cancelled: &AtomicBool,
         mut poll: impl FnMut() -> Option<Instant>,
     ) -> Result<Option<std::process::ExitStatus>, SandboxError> {
         loop {
@@ -449,7 +466,7 @@ impl Running {
             }
             match self.child.try_wait() {
                 Ok(Some(s)) => return Ok(Some(s)),
-                Ok(None) if Instant::now() >= deadline => {
+                Ok(None) if Instant::now() >= deadline || cancelled.load(Ordering::Relaxed) => {
                     self.kill();
                     let _ = self.child.wait();
                     return Ok(None);
@@ -670,7 +687,7 @@ fn stage_tree(
         .stdin(Stdio::null());
     let mut running = spawn_collected(cmd, req.limits.max_output_bytes, "the stage")?;
     drop(args_fd);
-    let status = running.wait(Instant::now() + STAGE_TIMEOUT, || None)?;
+    let status = running.wait(Instant::now() + STAGE_TIMEOUT, &ctx.cancelled, || None)?;
     let (bytes, _) = running.finish();
     let text = String::from_utf8_lossy(&bytes);
     let report = stage::read(&text, &nonce);
@@ -922,7 +939,7 @@ fn run_command(
     let timeout = req.limits.timeout;
     // Unpacking may take its time too, but not forever: the stage's limit from the start, then
     // the timeout from the command's start.
-    let status = running.wait(spawned + timeout + STAGE_TIMEOUT, || {
+    let status = running.wait(spawned + timeout + STAGE_TIMEOUT, &ctx.cancelled, || {
         reports.poll().map(|at| at + timeout)
     })?;
     let ended = Instant::now();

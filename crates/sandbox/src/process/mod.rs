@@ -624,14 +624,18 @@ impl Sandbox for ProcessSandbox {
                 ))
             });
         };
+        let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let ctx = exec::Context {
             cache: self.cache_dir.clone(),
             template,
             venv,
             as_root: self.as_root,
             isolation,
+            cancelled: cancelled.clone(),
         };
         Box::pin(async move {
+            // Dropped with this future: a cancelled attempt's execution is killed at once.
+            let _cancel = exec::CancelOnDrop(cancelled);
             tokio::task::spawn_blocking(move || exec::exec_blocking(&ctx, req))
                 .await
                 .map_err(|e| infra("execution task", e))?
