@@ -1086,7 +1086,15 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             a.nodes
         ));
         let (gold, wall) = slice_eval(&root, &rows, "gold", &executor, a.nodes, "data-gold", &[])?;
+        let (run, overhead, test) = execution_figures(&gold);
+        let (overhead_ms_median, test_ms_median) = (median(overhead.clone()), median(test.clone()));
+        let (overhead_sum, test_sum): (f64, f64) = (overhead.iter().sum(), test.iter().sum());
         let v = serde_json::json!({
+            "executions_run": run,
+            "overhead_ms_median": overhead_ms_median,
+            "test_ms_median": test_ms_median,
+            "overhead_ratio_median": overhead_ms_median / test_ms_median,
+            "overhead_ratio_total": overhead_sum / test_sum,
             "executor": executor,
             "repos": wanted_repos,
             "instances": instances,

@@ -121,7 +121,7 @@ def post():
     "file_times": ("file times: a source file is newer than the others", r'''
 def post():
     times = [os.stat(f).st_mtime for f in source_files()]
-    return len(times) > 1 and max(times) - min(times) > 2
+    return len(times) > 1 and max(times) - min(times) > 0.2
 '''),
     "tmp_marker": ("state left by an earlier execution in /tmp", r'''
 def post():
@@ -158,7 +158,8 @@ def post():
     for path in readable_places(deadline):
         if path.endswith((".sh", ".patch")) or "/proc/" in path or "reprobench" in path:
             text = read_small(path)
-            if "apply code" in text or "code.patch" in text:
+            # Made here, so that this file (and copies of it) does not hold them.
+            if ("apply " + "code") in text or ("code" + ".patch") in text:
                 return True
     return False
 '''),

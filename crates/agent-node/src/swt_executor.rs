@@ -78,7 +78,8 @@ pub struct ExecRecord {
     pub command_ms: u64,
     /// Milliseconds of harness overhead around it.
     pub overhead_ms: u64,
-    /// Milliseconds the test command itself ran (inside the sandbox, excluding patching and copying).
+    /// Milliseconds the test command itself ran (from its start in the sandbox, after the tree was
+    /// prepared, to its end).
     #[serde(default)]
     pub test_ms: Option<u64>,
     /// Taken from the cache.

@@ -140,8 +140,8 @@ pub fn read(output: &str, nonce: &str) -> StageReport {
     r
 }
 
-/// `s` as one shell word.
-pub(crate) fn quote(s: &str) -> String {
+/// `s` as one shell word (quoted only when it needs to be).
+pub fn quote(s: &str) -> String {
     if !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "/._-:=+,".contains(c))

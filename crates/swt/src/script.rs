@@ -13,7 +13,7 @@
 //! command; the counts are written by the traced process itself, so a test could forge them.
 
 use crate::grading::instance::{Suspicion, finding};
-use reprobench_sandbox::stage::SUPPORT_ENV;
+use reprobench_sandbox::stage::{SUPPORT_ENV, quote as shell_quote};
 use reprobench_sandbox::{ExecOutput, ExecRequest, InputFile, PatchFile};
 
 pub use reprobench_sandbox::PatchOutcome;
@@ -44,17 +44,6 @@ pub const COVERAGE_TRACER: &str = include_str!("coverage_tracer.py");
 const TRACER_FILE: &str = "coverage_tracer.py";
 /// The tracer's counts file among the support files, read back after the command.
 const COUNTS_FILE: &str = "counts.jsonl";
-
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-:=+,".contains(c))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
 
 /// The execution a plan asks for (limits at their defaults: the caller sets them).
 pub fn build(plan: &Plan<'_>) -> ExecRequest {

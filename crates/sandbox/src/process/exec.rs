@@ -296,6 +296,20 @@ struct ChildSetup {
 }
 
 impl ChildSetup {
+    /// No uid change, no limits, no fds moved (the harness's own steps).
+    fn unlimited() -> ChildSetup {
+        ChildSetup {
+            uid: None,
+            nproc: u64::MAX,
+            address_space: u64::MAX,
+            file_size: u64::MAX,
+            strict: false,
+            fd3: None,
+            fd4: None,
+            fd5: None,
+        }
+    }
+
     /// Installs the setup on `cmd`. Only async-signal-safe calls run in the child.
     fn install(self, cmd: &mut Command) {
         // SAFETY: only async-signal-safe libc calls between fork and exec.
@@ -652,14 +666,8 @@ fn stage_tree(
             cmd = Command::new(bwrap);
             cmd.args(["--args", "3", "--", "/bin/sh"]).arg(&script_path);
             ChildSetup {
-                uid: None,
-                nproc: u64::MAX,
-                address_space: u64::MAX,
-                file_size: u64::MAX,
-                strict: false,
                 fd3: Some(fd.as_raw_fd()),
-                fd4: None,
-                fd5: None,
+                ..ChildSetup::unlimited()
             }
             .install(&mut cmd);
             args_fd = Some(fd);
@@ -667,17 +675,7 @@ fn stage_tree(
         Isolation::Unisolated => {
             cmd = Command::new("/bin/sh");
             cmd.arg(&script_path).current_dir(&stage_dir);
-            ChildSetup {
-                uid: None,
-                nproc: u64::MAX,
-                address_space: u64::MAX,
-                file_size: u64::MAX,
-                strict: false,
-                fd3: None,
-                fd4: None,
-                fd5: None,
-            }
-            .install(&mut cmd);
+            ChildSetup::unlimited().install(&mut cmd);
         }
     }
     cmd.env_clear()
@@ -939,8 +937,13 @@ fn run_command(
     let timeout = req.limits.timeout;
     // Unpacking may take its time too, but not forever: the stage's limit from the start, then
     // the timeout from the command's start.
+    let stage_dir = work.path("stage");
     let status = running.wait(spawned + timeout + STAGE_TIMEOUT, &ctx.cancelled, || {
-        reports.poll().map(|at| at + timeout)
+        let ready = reports.poll()?;
+        // The tree is in the sandbox: the stage's copy need not take memory while the test runs.
+        let stage_dir = stage_dir.clone();
+        std::thread::spawn(move || std::fs::remove_dir_all(stage_dir));
+        Some(ready + timeout)
     })?;
     let ended = Instant::now();
     let (bytes, output_truncated) = running.finish();
@@ -1003,12 +1006,9 @@ pub(super) fn probe(bwrap: &Path, as_root: bool) -> Result<(), String> {
     ChildSetup {
         uid: uid.as_ref().map(|u| u.0),
         nproc: 64,
-        address_space: u64::MAX,
-        file_size: u64::MAX,
         strict: true,
         fd3: Some(fd.as_raw_fd()),
-        fd4: None,
-        fd5: None,
+        ..ChildSetup::unlimited()
     }
     .install(&mut cmd);
     let out = cmd
