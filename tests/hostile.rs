@@ -44,7 +44,13 @@ fn predictions(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
 
 fn eval(dir: &Path, executor: &str, predictions: &str, extra: &[&str]) -> Value {
     let out = Command::new(bin())
-        .args(["eval", "--dataset", "swt-mini", "--predictions", predictions])
+        .args([
+            "eval",
+            "--dataset",
+            "swt-mini",
+            "--predictions",
+            predictions,
+        ])
         .args(["--executor", executor, "--local-nodes", "2", "--json"])
         .arg("--datasets")
         .arg(root().join("datasets"))
@@ -101,7 +107,9 @@ fn nothing_leaks_on(executor: &str) {
         let r = report(&v, instance);
         assert_eq!(r["resolved"], false, "{executor}: `{kind}` leaked: {r}");
         // The hostile test ran, and failed both before and after the fix: it learnt nothing.
-        let tests = r["tests_pred"].as_object().unwrap_or_else(|| panic!("{executor}: `{kind}`: {r}"));
+        let tests = r["tests_pred"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{executor}: `{kind}`: {r}"));
         let id = tests
             .keys()
             .find(|id| id.contains(&format!("test_hostile_{kind}")))
@@ -129,11 +137,19 @@ fn nothing_leaks_on(executor: &str) {
         .map(|s| s["kind"].as_str().unwrap())
         .collect();
     for want in ["results_after_summary", "conflicting_results"] {
-        assert!(kinds_found.contains(&want), "{executor}: {want} not found: {r}");
+        assert!(
+            kinds_found.contains(&want),
+            "{executor}: {want} not found: {r}"
+        );
     }
     let mut strict_args = id.to_vec();
     strict_args.extend(["--strict", "--new"]);
-    let strict = eval(dir.path(), executor, injected.to_str().unwrap(), &strict_args);
+    let strict = eval(
+        dir.path(),
+        executor,
+        injected.to_str().unwrap(),
+        &strict_args,
+    );
     assert_eq!(
         report(&strict, "reprobench__textkit-1")["resolved"],
         false,
