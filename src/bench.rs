@@ -724,9 +724,28 @@ pub struct SliceBenchArgs {
     /// The real SWT-bench slice (rows.jsonl, membership.json, repos/, predictions/) [default: ../shared/data/real/swt-slice].
     #[arg(long, value_name = "DIR")]
     slice: Option<std::path::PathBuf>,
-    /// Repositories whose SWT-bench instances are run (short names: requests, flask, pytest, sympy, ...).
-    #[arg(long, value_delimiter = ',', default_value = "requests,flask,pytest")]
+    /// Repositories whose SWT-bench instances are run (short names: requests, flask, pytest, sympy, ...)
+    /// [default: requests,flask,pytest; with --all, every repository of the slice].
+    #[arg(long, value_delimiter = ',')]
     repos: Vec<String>,
+    /// The whole slice, repository by repository: gold, then the predictions (AssertFlip's)
+    /// under the rules of their time against every official verdict in SLICE/verdicts; resumable
+    /// (the work directory is durable); per-instance key fields to --record; the README table.
+    #[arg(long)]
+    all: bool,
+    /// With --all: run gold N times and list the instances whose verdict changed (flaky tests).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    repeat_gold: u32,
+    /// With --all: write per-instance key fields to DIR/slice-REPO.jsonl after each repository
+    /// [default: docs/gold-validation when it exists here].
+    #[arg(long, value_name = "DIR")]
+    record: Option<std::path::PathBuf>,
+    /// With --all: run the tests untraced (no coverage figures; faster).
+    #[arg(long)]
+    no_coverage: bool,
+    /// With --all: seconds per execution before it is killed [default: eval's].
+    #[arg(long, value_name = "S")]
+    timeout_s: Option<u64>,
     /// Executor: process or docker [default: docker when the engine and the base image are there].
     #[arg(long, value_name = "KIND")]
     executor: Option<String>,
@@ -1014,6 +1033,49 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         Some(e) => e,
         None => crate::eval::auto_executor(&crate::SwtNodeArgs::defaults(), a.json).await,
     };
+    if a.all {
+        let mut eval_args = Vec::new();
+        if a.no_coverage {
+            eval_args.push("--no-coverage".to_string());
+        }
+        if let Some(t) = a.timeout_s {
+            eval_args.extend(["--timeout-s".to_string(), t.to_string()]);
+        }
+        let work = a
+            .work
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("/var/tmp/reprobench-slice-all"));
+        let record = a.record.clone().or_else(|| {
+            let d = std::path::PathBuf::from("docs/gold-validation");
+            d.is_dir().then_some(d)
+        });
+        return crate::slice_all::run(&crate::slice_all::AllOptions {
+            slice,
+            repos: a.repos.clone(),
+            executor,
+            nodes: a.nodes,
+            work: std::path::absolute(&work)?,
+            record,
+            repeat_gold: a.repeat_gold,
+            gold_only: a.gold_only,
+            predictions: a.predictions.clone(),
+            eval_args,
+            json: a.json,
+        });
+    }
+    anyhow::ensure!(
+        a.repeat_gold <= 1 && a.record.is_none() && !a.no_coverage && a.timeout_s.is_none(),
+        "--repeat-gold, --record, --no-coverage and --timeout-s go with --all"
+    );
+    let repos = if a.repos.is_empty() {
+        vec![
+            "requests".to_string(),
+            "flask".to_string(),
+            "pytest".to_string(),
+        ]
+    } else {
+        a.repos.clone()
+    };
     let say = |m: String| {
         if !a.json {
             eprintln!("{m}");
@@ -1042,7 +1104,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             continue;
         };
         let short = mirror.rsplit("__").next().unwrap_or(mirror);
-        if a.repos.iter().any(|r| r == short || r == mirror) {
+        if repos.iter().any(|r| r == short || r == mirror) {
             tarballs.push(entry.path());
             wanted_repos.push(mirror.replace("__", "/"));
         }
@@ -1050,7 +1112,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     anyhow::ensure!(
         !tarballs.is_empty(),
         "no mirror of {:?} in {}",
-        a.repos,
+        repos,
         slice.join("repos").display()
     );
     // Progress goes to stderr: stdout carries the benchmark's (JSON) result.

@@ -87,6 +87,9 @@ pub struct EvalArgs {
     /// Print one JSON object with the totals.
     #[arg(long)]
     json: bool,
+    /// Draw the progress bars on stderr even with --json (on a terminal only).
+    #[arg(long)]
+    progress: bool,
     /// Evaluate anew even if this exact evaluation ran before (default: reuse or resume it).
     #[arg(long)]
     new: bool,
@@ -377,15 +380,15 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
             }],
             args: a.node.node_args(),
         };
-        run_local(&data, &nodes, req, a.json).await?
+        run_local(&data, &nodes, req, a.json && !a.progress).await?
     } else {
         let address = crate::client::address_of(&a.target)?;
-        submit_and_wait(&address, req, a.json).await.map_err(|e| {
-            match e.downcast::<Interrupted>() {
+        submit_and_wait(&address, req, a.json && !a.progress)
+            .await
+            .map_err(|e| match e.downcast::<Interrupted>() {
                 Ok(i) => anyhow!("{i}; it goes on in the coordinator"),
                 Err(e) => e,
-            }
-        })?
+            })?
     };
     let grading = GradingSettings {
         rules: a.rules,

@@ -11,6 +11,7 @@ mod grade;
 mod local;
 mod quickstart;
 mod review;
+mod slice_all;
 mod swt_report;
 
 use anyhow::{Context, Result};

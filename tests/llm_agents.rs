@@ -770,7 +770,7 @@ fn an_external_agent_packaged_as_a_local_image_runs_unchanged_and_metered() {
     .unwrap();
     std::fs::write(
         context.join("Dockerfile"),
-        "FROM reprobench/python-base:bookworm\nCOPY tiny_agent.py /agent/tiny_agent.py\nENTRYPOINT [\"python3\", \"/agent/tiny_agent.py\"]\n",
+        "FROM reprobench/python-base:bookworm-2\nCOPY tiny_agent.py /agent/tiny_agent.py\nENTRYPOINT [\"python3\", \"/agent/tiny_agent.py\"]\n",
     )
     .unwrap();
     let tag = "reprobench-test/tiny-agent:1";

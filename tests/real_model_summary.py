@@ -141,6 +141,7 @@ def main():
     p.add_argument("--server", required=True)
     p.add_argument("--server-log", required=True)
     p.add_argument("--wheel-build-s", type=int, default=0)
+    p.add_argument("--server-restarts", type=int, default=0, help="times the model server crashed and was restarted")
     p.add_argument("--gateway-bench", help="`bench gateway --json` output against the same server")
     p.add_argument("--wall", action="append", default=[], help="a file holding a sweep's wall seconds (repeatable)")
     p.add_argument("results", nargs="+")
@@ -205,6 +206,7 @@ def main():
         "model": a.model,
         "server": a.server,
         "large_model": False,
+        "server_restarts": a.server_restarts,
         "metered_equals_server_usage": not mismatches and not tasks_without_transcript,
         "usage_mismatches": mismatches,
         "tasks_without_transcript": tasks_without_transcript,

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// `REPROBENCH_REQUIRE_DOCKER=1` (set by `.ci/run`) their absence fails the test instead.
 pub fn docker_ready() -> bool {
     let ok = Command::new("docker")
-        .args(["image", "inspect", "reprobench/python-base:bookworm"])
+        .args(["image", "inspect", "reprobench/python-base:bookworm-2"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
@@ -19,7 +19,7 @@ pub fn docker_ready() -> bool {
             "REPROBENCH_REQUIRE_DOCKER=1 but the Docker engine or the base image is missing: run `reprobench images bootstrap`"
         );
         eprintln!(
-            "skipped: no Docker engine or no reprobench/python-base:bookworm image (`reprobench images bootstrap` builds it)"
+            "skipped: no Docker engine or no reprobench/python-base:bookworm-2 image (`reprobench images bootstrap` builds it)"
         );
     }
     ok

@@ -354,6 +354,8 @@ impl SwtExecutor {
             tree_gaps: tree_gaps.iter().map(|g| g.key()).collect(),
             fresh_build_tools: payload.env.fresh_build_tools,
             conda_packages_as_of: payload.env.conda_packages_as_of.clone(),
+            locales: payload.env.locales.clone(),
+            system_packages: payload.env.system_packages.clone(),
             gitlinks,
         };
         let limits = Limits {
@@ -477,6 +479,7 @@ impl SwtExecutor {
         // files of the base commit that the mirror lacks (a partial clone) or replaces.
         let mut left_out = payload.env.left_out.clone();
         left_out.extend(tree_gaps.iter().map(|g| g.describe(&inst.base_commit)));
+        left_out.extend(self.sandbox.environment_notes(&recipe));
         if !left_out.is_empty() {
             report["environment_left_out"] = serde_json::json!(left_out);
         }
@@ -578,6 +581,7 @@ impl SwtExecutor {
                 .unwrap_or_default()
         };
         report["gold_test_directives"] = serde_json::json!(gold_directives);
+        let preparing = std::time::Instant::now();
         let prepared = tokio::select! {
             p = self.sandbox.prepare(&recipe) => match p {
                 Ok(p) => p,
@@ -585,6 +589,8 @@ impl SwtExecutor {
             },
             _ = ctx.cancel.cancelled() => return AttemptEnd::Cancelled,
         };
+        // Building (or finding) the instance's environment: near zero once it is cached.
+        report["prepare_ms"] = (preparing.elapsed().as_secs_f64() * 1e3).round().into();
         let job = Job {
             payload: &payload,
             prepared: &prepared,
@@ -855,7 +861,7 @@ mod cache_key_tests {
         let base = Limits::default();
         let k = key("process", &base);
         // A process-executor result is not reused by a docker evaluation, nor across images.
-        assert_ne!(k, key("docker on reprobench/python-base:bookworm", &base));
+        assert_ne!(k, key("docker on reprobench/python-base:bookworm-2", &base));
         assert_ne!(
             key("docker on a:1", &base),
             key("docker on a:2", &base),

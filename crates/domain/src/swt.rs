@@ -99,6 +99,15 @@ pub struct EnvSpec {
     /// this Python (its own pip is too old to cap dates), and are installed as pins.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub conda_packages_as_of: Option<String>,
+    /// Locales the executions need (`en_US.UTF-8`): SWT-bench's `eval_commands` generate them
+    /// with `locale-gen` as root, which an execution is not, so the executor provides them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub locales: Vec<String>,
+    /// Debian packages the environment's build needs that SWT-bench's base image has (a C
+    /// compiler for extensions built from source): the docker executor's base image has them,
+    /// the process executor checks that the host has them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub system_packages: Vec<String>,
 }
 
 fn default_python() -> String {
@@ -130,6 +139,9 @@ impl EnvSpec {
         }
         if let Some(date) = &self.conda_packages_as_of {
             packages.push(format!("--conda-packages-as-of={date}"));
+        }
+        if !self.locales.is_empty() {
+            packages.push(format!("--locales={}", self.locales.join(",")));
         }
         env_key(&self.python, &packages)
     }

@@ -37,6 +37,44 @@ const PYTHON_END_OF_LIFE: [((u32, u32), &str); 4] = [
     ((3, 8), "2024-10-07T00:00:00Z"),
 ];
 
+/// Debian packages of SWT-bench's base image (`build-essential`) that a repository's environment
+/// build needs: its requirements or its own code have C extensions built from source
+/// (django's `pywatchman`, which PyPI has no wheel of).
+const BUILD_SYSTEM_PACKAGES: [(&str, &[&str]); 4] = [
+    ("django/django", &["gcc", "libc6-dev"]),
+    ("astropy/astropy", &["gcc", "libc6-dev"]),
+    ("scikit-learn/scikit-learn", &["gcc", "g++", "libc6-dev"]),
+    ("matplotlib/matplotlib", &["gcc", "g++", "libc6-dev"]),
+];
+
+/// An `eval_commands` line split into the locales its locale-generation steps make
+/// (`sed -i '/en_US.UTF-8/s/^# //g' /etc/locale.gen && locale-gen`, `locale-gen de_DE.UTF-8`)
+/// and the rest of it (`None` when nothing is left to run).
+fn split_locale_steps(line: &str) -> (Vec<String>, Option<String>) {
+    let mut locales = Vec::new();
+    let mut rest = Vec::new();
+    for step in line.split("&&").map(str::trim).filter(|s| !s.is_empty()) {
+        let words = shlex::split(step).unwrap_or_default();
+        match words.first().map(String::as_str) {
+            Some("locale-gen") => {
+                locales.extend(words[1..].iter().filter(|w| !w.starts_with('-')).cloned())
+            }
+            Some("sed") if words.last().is_some_and(|w| w == "/etc/locale.gen") => {
+                // `/NAME/s/^# //g` uncomments NAME's line.
+                locales.extend(
+                    words
+                        .iter()
+                        .filter_map(|w| w.strip_prefix('/')?.split_once("/s/"))
+                        .map(|(name, _)| name.to_string()),
+                )
+            }
+            _ => rest.push(step),
+        }
+    }
+    let rest = (!rest.is_empty()).then(|| rest.join(" && "));
+    (locales, rest)
+}
+
 /// `3.9` → (3, 9); `None` for anything else (`3`, `pypy`).
 fn major_minor(python: &str) -> Option<(u32, u32)> {
     let (major, minor) = python.trim().split_once('.')?;
@@ -151,7 +189,7 @@ impl SwtBenchSpecs {
             test_directives: SWT_BENCH_DIRECTIVES.into(),
             pip_packages: spec.pip_packages.clone(),
             requirements_files: Vec::new(),
-            eval_commands: spec.eval_commands.clone(),
+            eval_commands: Vec::new(),
             env_vars: BTreeMap::from([(
                 // Mirrors carry no release tags; setuptools_scm would make up a version.
                 "SETUPTOOLS_SCM_PRETEND_VERSION".to_string(),
@@ -161,7 +199,24 @@ impl SwtBenchSpecs {
             packages_as_of: None,
             fresh_build_tools: false,
             conda_packages_as_of: None,
+            locales: Vec::new(),
+            system_packages: BUILD_SYSTEM_PACKAGES
+                .iter()
+                .find(|(r, _)| *r == repo)
+                .map(|(_, p)| p.iter().map(|p| p.to_string()).collect())
+                .unwrap_or_default(),
         };
+        // Locale generation needs root and changes the system: the executor provides the
+        // locales instead (docker's base image has them all, as SWT-bench's has locales-all).
+        for line in &spec.eval_commands {
+            let (locales, rest) = split_locale_steps(line);
+            for l in locales {
+                if !env.locales.contains(&l) {
+                    env.locales.push(l);
+                }
+            }
+            env.eval_commands.extend(rest);
+        }
         match major_minor(&spec.python) {
             Some(v) if v < FIRST_PYTHON_WITH_DATE_CAP => {
                 // SWT-bench's conda environments come with the newest pip, setuptools and wheel
@@ -334,6 +389,48 @@ mod tests {
         assert_eq!(major_minor("3"), None);
         assert!(s.env("psf/requests", "9.9").is_none());
         assert!(s.env("me/mine", "2.0").is_none());
+    }
+
+    #[test]
+    fn locale_generation_is_read_out_of_eval_commands() {
+        let (l, rest) =
+            split_locale_steps("sed -i '/en_US.UTF-8/s/^# //g' /etc/locale.gen && locale-gen");
+        assert_eq!((l, rest), (vec!["en_US.UTF-8".to_string()], None));
+        let (l, rest) = split_locale_steps("locale-gen de_DE.UTF-8 && echo hi");
+        assert_eq!(l, vec!["de_DE.UTF-8"]);
+        assert_eq!(rest.as_deref(), Some("echo hi"));
+        let (l, rest) = split_locale_steps("export LANG=en_US.UTF-8");
+        assert!(l.is_empty());
+        assert_eq!(rest.as_deref(), Some("export LANG=en_US.UTF-8"));
+        let (l, rest) = split_locale_steps("sed -i 's/a/b/' setup.cfg");
+        assert!(l.is_empty());
+        assert_eq!(rest.as_deref(), Some("sed -i 's/a/b/' setup.cfg"));
+    }
+
+    #[test]
+    fn django_3_needs_its_locale_and_a_compiler() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets");
+        let s = SwtBenchSpecs::load(&dir).unwrap().expect("shipped");
+        let env = s.env("django/django", "3.0").unwrap();
+        assert_eq!(env.locales, vec!["en_US.UTF-8"]);
+        assert_eq!(
+            env.eval_commands,
+            [
+                "export LANG=en_US.UTF-8",
+                "export LANGUAGE=en_US:en",
+                "export LC_ALL=en_US.UTF-8"
+            ]
+        );
+        assert_eq!(env.system_packages, ["gcc", "libc6-dev"]);
+        assert_eq!(env.requirements_files, ["tests/requirements/py3.txt"]);
+        let env = s.env("django/django", "4.1").unwrap();
+        assert!(env.locales.is_empty() && env.eval_commands.is_empty());
+        assert!(
+            s.env("psf/requests", "2.10")
+                .unwrap()
+                .system_packages
+                .is_empty()
+        );
     }
 
     #[test]

@@ -81,7 +81,7 @@ pub async fn build_self_image(base: &str, tag: &str, force: bool) -> Result<Stri
 /// Where the repository sits in instance images (and is copied from into `/work` per execution).
 pub const WORKDIR: &str = "/testbed";
 /// Base image used when none is configured; `reprobench images bootstrap` builds it.
-pub const DEFAULT_BASE_IMAGE: &str = "reprobench/python-base:bookworm";
+pub const DEFAULT_BASE_IMAGE: &str = "reprobench/python-base:bookworm-2";
 /// Label every reprobench container carries (value `docker`), to find leftovers.
 pub const CONTAINER_LABEL: &str = "reprobench.sandbox";
 /// Label on reprobench images naming their layer (`base`, `env` or `instance`).

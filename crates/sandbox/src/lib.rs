@@ -15,6 +15,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 pub mod docker;
+pub mod locales;
 pub mod process;
 pub(crate) mod python;
 pub mod resolve;
@@ -148,6 +149,10 @@ pub struct EnvRecipe {
     /// `packages` resolve as of this instant on the host and install as pins (see
     /// `EnvSpec::conda_packages_as_of` and [`resolve`]).
     pub conda_packages_as_of: Option<String>,
+    /// Locales the executions need (see `EnvSpec::locales`).
+    pub locales: Vec<String>,
+    /// Debian packages the build needs (see `EnvSpec::system_packages`).
+    pub system_packages: Vec<String>,
 }
 
 impl EnvRecipe {
@@ -172,6 +177,9 @@ impl EnvRecipe {
         }
         if let Some(date) = &self.conda_packages_as_of {
             packages.push(format!("--conda-packages-as-of={date}"));
+        }
+        if !self.locales.is_empty() {
+            packages.push(format!("--locales={}", self.locales.join(",")));
         }
         reprobench_domain::swt::env_key(&self.python, &packages)
     }
@@ -411,6 +419,11 @@ pub trait Sandbox: Send + Sync {
     /// every report it produces must say.
     fn isolation_note(&self) -> Option<String> {
         None
+    }
+    /// How the environment this sandbox builds for `recipe` departs from the upstream one, in
+    /// words for a report's `environment_left_out` (none by default).
+    fn environment_notes(&self, _recipe: &EnvRecipe) -> Vec<String> {
+        Vec::new()
     }
     /// Builds (or finds cached) the environment for a recipe.
     fn prepare(&self, recipe: &EnvRecipe) -> crate::BoxFuture<Result<Prepared, SandboxError>>;

@@ -418,7 +418,7 @@ fn environment_dirs(venv: &Path) -> Vec<PathBuf> {
         }
     }
     for (k, v) in read_env_file(&venv.join(ENV_FILE)) {
-        if k == "LD_LIBRARY_PATH" {
+        if k == "LD_LIBRARY_PATH" || k == "LOCPATH" {
             dirs.extend(v.split(':').filter(|p| !p.is_empty()).map(PathBuf::from));
         }
     }

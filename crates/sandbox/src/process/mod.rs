@@ -323,6 +323,20 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
                 lib_env
             };
             let mut env_text: String = lib_env.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+            // Locales the host lacks, compiled into the venv (bound into every execution).
+            let missing = crate::locales::missing_on_host(&recipe.locales);
+            if !missing.is_empty() {
+                let locpath = dir.join("locales");
+                for name in &missing {
+                    crate::locales::compile(&locpath, name).map_err(|e| {
+                        SandboxError::BadInput(format!(
+                            "{}'s executions need the {name} locale, which this host lacks: {e}",
+                            recipe.repo
+                        ))
+                    })?;
+                }
+                env_text.push_str(&format!("LOCPATH={}\n", locpath.display()));
+            }
             std::fs::write(dir.join(ENV_FILE), &env_text)
                 .map_err(|e| infra("writing the venv's environment", e))?;
             if recipe.fresh_build_tools {
@@ -535,6 +549,26 @@ fn prepare_checkout(
     Ok(dir)
 }
 
+/// The system packages the recipe's build needs (a C compiler, ...) are on the host; they are
+/// never installed on it. A host dpkg cannot be asked about is not checked: the build then
+/// fails with its own message if one is missing.
+fn build_packages_on_host(recipe: &EnvRecipe) -> Result<(), SandboxError> {
+    if recipe.system_packages.is_empty() || !system_packages::dpkg_available() {
+        return Ok(());
+    }
+    let missing = system_packages::missing_on_host(&recipe.system_packages)
+        .map_err(|e| SandboxError::Infra(e.to_string()))?;
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(SandboxError::BadInput(format!(
+        "building {}'s environment needs system packages that SWT-bench's base image has and this host lacks: {}; the process executor never changes this host's packages: install them (`apt-get install -y {}`), or use the docker executor, whose base image has them",
+        recipe.repo,
+        missing.join(" "),
+        missing.join(" ")
+    )))
+}
+
 /// `cmd` without its system package steps, which would change the host's packages: they are
 /// checked instead (the packages they install must be on the host already).
 fn without_system_steps(cmd: &str, repo: &str) -> Result<String, SandboxError> {
@@ -577,9 +611,23 @@ impl Sandbox for ProcessSandbox {
         })
     }
 
+    fn environment_notes(&self, recipe: &EnvRecipe) -> Vec<String> {
+        let missing = crate::locales::missing_on_host(&recipe.locales);
+        if missing.is_empty() {
+            return Vec::new();
+        }
+        vec![format!(
+            "the {} locale, which SWT-bench's eval_commands generate with locale-gen, is compiled by reprobench with localedef into the environment and found through LOCPATH: this host has none and the process executor never changes the host",
+            missing.join(", ")
+        )]
+    }
+
     fn prepare(&self, recipe: &EnvRecipe) -> BoxFuture<Result<Prepared, SandboxError>> {
         let cache = self.cache_dir.clone();
         let recipe = recipe.clone();
+        if let Err(e) = build_packages_on_host(&recipe) {
+            return Box::pin(async move { Err(e) });
+        }
         let lock = self.lock_for(&recipe.instance_key());
         let env_lock = self.lock_for(&format!("venv-{}", venv_name(&recipe, self.as_root)));
         let public = self.as_root;

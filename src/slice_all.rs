@@ -1,0 +1,651 @@
+//! `reprobench bench slice --all`: every SWT-bench instance of the real slice (Lite and the
+//! Verified sample), repository by repository: gold, then AssertFlip's predictions under the
+//! rules of their time against every official verdict the slice has, optionally gold again N
+//! times to find flaky instances. The work directory is durable: every step is an `eval` that
+//! resumes where it stopped, and a crash or a reboot loses at most the executions in flight.
+//! Per-instance key fields go to `--record DIR` after each repository, so they can be committed
+//! as the run goes; the README table is printed at the end.
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What `--all` (or `--repeat-gold`) runs.
+pub struct AllOptions {
+    /// The slice directory (rows.jsonl, membership.json, repos/, predictions/, verdicts/).
+    pub slice: PathBuf,
+    /// Short repository names to run (empty: every repository of the slice).
+    pub repos: Vec<String>,
+    /// docker or process.
+    pub executor: String,
+    /// Local nodes, one slot each.
+    pub nodes: u32,
+    /// The durable work directory.
+    pub work: PathBuf,
+    /// Where per-instance key fields go (`slice-REPO.jsonl`), if anywhere.
+    pub record: Option<PathBuf>,
+    /// Gold runs per instance (1: no repeat).
+    pub repeat_gold: u32,
+    /// Skip the predictions.
+    pub gold_only: bool,
+    /// The predictions [default: SLICE/predictions/AssertFlip.jsonl].
+    pub predictions: Option<PathBuf>,
+    /// Extra `eval` arguments (`--no-coverage`, `--timeout-s N`).
+    pub eval_args: Vec<String>,
+    /// Print one JSON object only.
+    pub json: bool,
+}
+
+/// One repository's mirror tarball and SWT-bench rows in the slice.
+struct Repo {
+    /// `django`.
+    short: String,
+    /// `django/django`.
+    name: String,
+    tarball: PathBuf,
+    /// Rows (JSON lines) of its SWT-bench instances.
+    rows: Vec<String>,
+}
+
+/// The slice's repositories with SWT-bench instances, fewest instances first.
+fn slice_repos(slice: &Path, wanted: &[String]) -> Result<Vec<Repo>> {
+    let membership: Value = serde_json::from_slice(
+        &std::fs::read(slice.join("membership.json"))
+            .with_context(|| format!("{}: no membership.json", slice.display()))?,
+    )?;
+    let swt: BTreeSet<String> = ["swt_bench_lite", "swt_bench_verified_sample"]
+        .iter()
+        .flat_map(|k| membership[k].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect();
+    let rows = std::fs::read_to_string(slice.join("rows.jsonl"))?;
+    let mut repos = Vec::new();
+    for entry in std::fs::read_dir(slice.join("repos"))?.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(mirror) = file.strip_suffix(".git.tar.gz") else {
+            continue;
+        };
+        let short = mirror.rsplit("__").next().unwrap_or(mirror).to_string();
+        if !wanted.is_empty() && !wanted.iter().any(|w| *w == short || w == mirror) {
+            continue;
+        }
+        let name = mirror.replacen("__", "/", 1);
+        let mine: Vec<String> = rows
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<Value>(l).is_ok_and(|r| {
+                    r["repo"] == name.as_str()
+                        && r["instance_id"].as_str().is_some_and(|i| swt.contains(i))
+                })
+            })
+            .map(str::to_string)
+            .collect();
+        if !mine.is_empty() {
+            repos.push(Repo {
+                short,
+                name,
+                tarball: entry.path(),
+                rows: mine,
+            });
+        }
+    }
+    for w in wanted {
+        anyhow::ensure!(
+            repos
+                .iter()
+                .any(|r| r.short == *w || r.name.replace('/', "__") == *w),
+            "--repos {w}: no mirror with SWT-bench instances of that name in {}",
+            slice.join("repos").display()
+        );
+    }
+    repos.sort_by(|a, b| (a.rows.len(), &a.short).cmp(&(b.rows.len(), &b.short)));
+    Ok(repos)
+}
+
+/// Every official verdict of the slice's `verdicts/*.json` files: instance → resolved.
+fn official_verdicts(slice: &Path) -> Result<BTreeMap<String, bool>> {
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(slice.join("verdicts"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let v: Value = serde_json::from_slice(&std::fs::read(&path)?)
+            .with_context(|| format!("{}: not a verdicts file", path.display()))?;
+        for (id, r) in v["instances"].as_object().into_iter().flatten() {
+            if let Some(resolved) = r["resolved"].as_bool() {
+                out.insert(id.clone(), resolved);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The reports of a finished evaluation, by instance.
+fn reports(run: &Value) -> BTreeMap<String, Value> {
+    let dir = PathBuf::from(run["reports"].as_str().unwrap_or_default());
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        if let Some(r) = std::fs::read(entry.path().join("report.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            && let Some(id) = r["instance_id"].as_str()
+        {
+            out.insert(id.to_string(), r);
+        }
+    }
+    out
+}
+
+/// Milliseconds an instance took on its slot: building its environment and its executions.
+fn instance_ms(r: &Value) -> (f64, f64) {
+    let prepare = r["prepare_ms"].as_f64().unwrap_or(0.0);
+    let executions: f64 = r["executions"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter(|e| e["cached"] != true)
+        .map(|e| e["command_ms"].as_f64().unwrap_or(0.0) + e["overhead_ms"].as_f64().unwrap_or(0.0))
+        .sum();
+    (prepare, executions)
+}
+
+/// Wall seconds spent per step, summed over every invocation (a resumed step adds its part).
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Walls(BTreeMap<String, f64>);
+
+impl Walls {
+    fn file(work: &Path) -> PathBuf {
+        work.join("walls.json")
+    }
+    fn load(work: &Path) -> Walls {
+        std::fs::read(Walls::file(work))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default()
+    }
+    fn add(&mut self, work: &Path, step: &str, secs: f64) -> Result<()> {
+        *self.0.entry(step.to_string()).or_default() += secs;
+        std::fs::write(Walls::file(work), serde_json::to_vec_pretty(self)?)?;
+        Ok(())
+    }
+}
+
+/// One `reprobench eval` of the work directory (resumed when it ran before), its progress on
+/// stderr; its JSON, or why it failed.
+fn eval(
+    o: &AllOptions,
+    rows: &Path,
+    predictions: &str,
+    data: &str,
+    cache: &str,
+    extra: &[&str],
+) -> Result<Value> {
+    let exe = std::env::current_exe()?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("eval")
+        .arg("--dataset")
+        .arg(rows)
+        .args([
+            "--predictions",
+            predictions,
+            "--executor",
+            &o.executor,
+            "--json",
+        ])
+        .args([
+            "--local-nodes",
+            &o.nodes.to_string(),
+            "--slots-per-node",
+            "1",
+        ])
+        .arg("--data")
+        .arg(o.work.join(data))
+        .arg("--cache-dir")
+        .arg(o.work.join(cache))
+        .arg("--repos")
+        .arg(o.work.join("repos"))
+        .args(&o.eval_args)
+        .args(extra)
+        .stdin(std::process::Stdio::null());
+    if !o.json {
+        cmd.arg("--progress");
+    }
+    let out = cmd
+        .stderr(if o.json {
+            std::process::Stdio::piped()
+        } else {
+            std::process::Stdio::inherit()
+        })
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "the evaluation in {} failed ({}){}; run the same command again to resume it",
+        o.work.join(data).display(),
+        out.status,
+        if o.json {
+            format!(": {}", String::from_utf8_lossy(&out.stderr).trim())
+        } else {
+            " (its output is above)".to_string()
+        }
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// Bytes under `dir` (`du -sb`), 0 when it cannot be read.
+fn disk_bytes(dir: &Path) -> u64 {
+    std::process::Command::new("du")
+        .arg("-sb")
+        .arg(dir)
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Runs the benchmark; prints the table (and the JSON figures).
+pub fn run(o: &AllOptions) -> Result<()> {
+    std::fs::create_dir_all(&o.work)
+        .with_context(|| format!("cannot create the work directory {}", o.work.display()))?;
+    let repos = slice_repos(&o.slice, &o.repos)?;
+    let official = official_verdicts(&o.slice)?;
+    let predictions_file = o
+        .predictions
+        .clone()
+        .unwrap_or_else(|| o.slice.join("predictions/AssertFlip.jsonl"));
+    let predictions_text = if o.gold_only {
+        String::new()
+    } else {
+        std::fs::read_to_string(&predictions_file).with_context(|| {
+            format!(
+                "cannot read the predictions {} (pass --predictions FILE, or --gold-only)",
+                predictions_file.display()
+            )
+        })?
+    };
+    let say = |m: String| {
+        if !o.json {
+            eprintln!("{m}");
+        }
+    };
+    let total: usize = repos.iter().map(|r| r.rows.len()).sum();
+    say(format!(
+        "{total} SWT-bench instances of {} repositories, {} executor, {} local nodes; work directory {} (run the same command again to resume)",
+        repos.len(),
+        o.executor,
+        o.nodes,
+        o.work.display()
+    ));
+    let mut walls = Walls::load(&o.work);
+    let mut table = Vec::new();
+    let mut done = 0usize;
+    for (k, repo) in repos.iter().enumerate() {
+        say(format!(
+            "[{}/{}] {} ({} instances; {done} of {total} before it)",
+            k + 1,
+            repos.len(),
+            repo.name,
+            repo.rows.len()
+        ));
+        crate::datasets::import_mirrors(
+            std::slice::from_ref(&repo.tarball),
+            &o.work.join("repos"),
+            |l| say(l.to_string()),
+        )?;
+        let rows = o.work.join(format!("rows-{}.jsonl", repo.short));
+        std::fs::write(
+            &rows,
+            repo.rows
+                .iter()
+                .map(|l| format!("{l}\n"))
+                .collect::<String>(),
+        )?;
+        let cache = format!("cache/{}", repo.short);
+        let mut row = json!({"repo": repo.name, "instances": repo.rows.len()});
+        let started = Instant::now();
+        let gold = eval(
+            o,
+            &rows,
+            "gold",
+            &format!("data/{}/gold", repo.short),
+            &cache,
+            &[],
+        );
+        walls.add(
+            &o.work,
+            &format!("{}/gold", repo.short),
+            started.elapsed().as_secs_f64(),
+        )?;
+        let gold = match gold {
+            Ok(g) => g,
+            Err(e) => {
+                say(format!("{}: {e:#}", repo.name));
+                row["error"] = format!("{e:#}").into();
+                table.push(row);
+                done += repo.rows.len();
+                continue;
+            }
+        };
+        let gold_reports = reports(&gold);
+        // Gold again, each time in a data directory of its own: the prediction's executions
+        // (the golden test patch, before and after the fix) run anew every time.
+        let mut repeats = vec![gold_reports.clone()];
+        for n in 2..=o.repeat_gold.max(1) {
+            let started = Instant::now();
+            let r = eval(
+                o,
+                &rows,
+                "gold",
+                &format!("data/{}/gold-repeat-{n}", repo.short),
+                &cache,
+                &[],
+            );
+            walls.add(
+                &o.work,
+                &format!("{}/gold-repeat", repo.short),
+                started.elapsed().as_secs_f64(),
+            )?;
+            repeats.push(reports(&r?));
+        }
+        let flaky = flaky_instances(&repeats);
+        // AssertFlip's predictions for this repository, under the rules of their time.
+        let ids: BTreeSet<String> = gold_reports.keys().cloned().collect();
+        let preds: String = predictions_text
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<Value>(l)
+                    .is_ok_and(|p| p["instance_id"].as_str().is_some_and(|i| ids.contains(i)))
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let mut pred_reports = BTreeMap::new();
+        if !preds.is_empty() {
+            let file = o.work.join(format!("predictions-{}.jsonl", repo.short));
+            std::fs::write(&file, preds)?;
+            let started = Instant::now();
+            let r = eval(
+                o,
+                &rows,
+                &file.display().to_string(),
+                &format!("data/{}/predictions", repo.short),
+                &cache,
+                &["--rules", "swt-bench-2024"],
+            );
+            walls.add(
+                &o.work,
+                &format!("{}/predictions", repo.short),
+                started.elapsed().as_secs_f64(),
+            )?;
+            match r {
+                Ok(r) => pred_reports = reports(&r),
+                Err(e) => {
+                    say(format!("{} predictions: {e:#}", repo.name));
+                    row["predictions_error"] = format!("{e:#}").into();
+                }
+            }
+        }
+        let records = instance_records(&gold_reports, &pred_reports, &official, &repeats);
+        if let Some(dir) = &o.record {
+            std::fs::create_dir_all(dir)?;
+            let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+            std::fs::write(dir.join(format!("slice-{}.jsonl", repo.short)), text)?;
+        }
+        let figures = repo_figures(&records, &gold_reports);
+        row.as_object_mut()
+            .expect("object")
+            .extend(figures.as_object().cloned().unwrap_or_default());
+        row["flaky"] = json!(flaky);
+        row["wall_s"] = walls
+            .0
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("{}/", repo.short)))
+            .map(|(_, v)| *v)
+            .sum::<f64>()
+            .into();
+        row["disk_bytes"] = if o.executor == "process" {
+            disk_bytes(&o.work.join(&cache)).into()
+        } else {
+            Value::Null
+        };
+        say(format!("{}: {}", repo.name, table_line(&row)));
+        table.push(row);
+        done += repo.rows.len();
+    }
+    let v = json!({
+        "executor": o.executor,
+        "nodes": o.nodes,
+        "work": o.work.display().to_string(),
+        "instances": total,
+        "repeat_gold": o.repeat_gold.max(1),
+        "by_repo": table,
+    });
+    if o.json {
+        println!("{v}");
+    } else {
+        println!("{}", markdown_table(&table));
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    }
+    Ok(())
+}
+
+/// Instances whose verdict changed between the gold repetitions.
+fn flaky_instances(repeats: &[BTreeMap<String, Value>]) -> Vec<String> {
+    let ids: BTreeSet<&String> = repeats.iter().flat_map(|r| r.keys()).collect();
+    ids.into_iter()
+        .filter(|id| {
+            let seen: BTreeSet<String> = repeats
+                .iter()
+                .map(|r| {
+                    r.get(*id).map_or("missing".to_string(), |x| {
+                        format!("{}/{}", x["resolved"], x["verdict"])
+                    })
+                })
+                .collect();
+            seen.len() > 1
+        })
+        .cloned()
+        .collect()
+}
+
+/// Per-instance key fields, sorted by instance.
+fn instance_records(
+    gold: &BTreeMap<String, Value>,
+    preds: &BTreeMap<String, Value>,
+    official: &BTreeMap<String, bool>,
+    repeats: &[BTreeMap<String, Value>],
+) -> Vec<Value> {
+    gold.iter()
+        .map(|(id, r)| {
+            let (prepare_ms, executions_ms) = instance_ms(r);
+            let p = preds.get(id);
+            let mut rec = json!({
+                "instance_id": id,
+                "gold_resolved": r["resolved"],
+                "gold_verdict": r["verdict"],
+                "error_class": r["error_class"],
+                "message": r["message"],
+                "coverage_gold": r["coverage_gold"],
+                "coverage_delta_gold": r["coverage_delta_gold"],
+                "environment_left_out": r["environment_left_out"],
+                "prepare_ms": prepare_ms,
+                "executions_ms": executions_ms,
+                "assertflip_resolved": p.map(|p| p["resolved"].clone()),
+                "assertflip_verdict": p.map(|p| p["verdict"].clone()),
+                "official_resolved": official.get(id),
+            });
+            if repeats.len() > 1 {
+                rec["gold_resolved_repeats"] = repeats
+                    .iter()
+                    .map(|x| x.get(id).map_or(Value::Null, |x| x["resolved"].clone()))
+                    .collect();
+            }
+            rec
+        })
+        .collect()
+}
+
+/// A repository's figures from its instance records.
+fn repo_figures(records: &[Value], gold: &BTreeMap<String, Value>) -> Value {
+    let resolved = records
+        .iter()
+        .filter(|r| r["gold_resolved"] == true)
+        .count();
+    let compared: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["official_resolved"].is_boolean() && r["assertflip_resolved"].is_boolean())
+        .collect();
+    let agree = compared
+        .iter()
+        .filter(|r| r["official_resolved"] == r["assertflip_resolved"])
+        .count();
+    let disagreements: Vec<&Value> = compared
+        .iter()
+        .filter(|r| r["official_resolved"] != r["assertflip_resolved"])
+        .map(|r| &r["instance_id"])
+        .collect();
+    let (prepare, executions) = gold
+        .values()
+        .map(instance_ms)
+        .fold((0.0, 0.0), |(a, b), (p, e)| (a + p, b + e));
+    let n = records.len().max(1) as f64;
+    json!({
+        "gold_resolved": resolved,
+        "gold_unresolved": records.iter().filter(|r| r["gold_resolved"] != true).map(|r| &r["instance_id"]).collect::<Vec<_>>(),
+        "official_compared": compared.len(),
+        "official_agree": agree,
+        "official_disagreements": disagreements,
+        "environment_build_s": prepare / 1e3,
+        "slot_minutes_per_instance": (prepare + executions) / 6e4 / n,
+    })
+}
+
+/// `12/12 gold, AssertFlip 5/5, 3.2 min, env 1.1 min, 1.2 GB`.
+fn table_line(r: &Value) -> String {
+    if let Some(e) = r["error"].as_str() {
+        return format!("error: {e}");
+    }
+    format!(
+        "{}/{} gold, official verdicts {}/{}, {:.1} min, environments {:.1} min, {}",
+        r["gold_resolved"],
+        r["instances"],
+        r["official_agree"],
+        r["official_compared"],
+        r["wall_s"].as_f64().unwrap_or(0.0) / 60.0,
+        r["environment_build_s"].as_f64().unwrap_or(0.0) / 60.0,
+        r["disk_bytes"]
+            .as_u64()
+            .map_or("disk n/a".to_string(), |b| format!(
+                "{:.2} GB",
+                b as f64 / 1e9
+            )),
+    )
+}
+
+/// The README table.
+fn markdown_table(rows: &[Value]) -> String {
+    let mut t = String::from(
+        "| repository | gold resolved | AssertFlip: official verdicts reproduced | wall | environment builds | core-min / instance | disk | flaky (gold repeated) |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        if let Some(e) = r["error"].as_str() {
+            t.push_str(&format!(
+                "| {} | error: {} | | | | | | |\n",
+                r["repo"].as_str().unwrap_or_default(),
+                e.lines().next().unwrap_or_default()
+            ));
+            continue;
+        }
+        t.push_str(&format!(
+            "| {} | {}/{} | {}/{} | {:.1} min | {:.1} min | {:.2} | {} | {} |\n",
+            r["repo"].as_str().unwrap_or_default(),
+            r["gold_resolved"],
+            r["instances"],
+            r["official_agree"],
+            r["official_compared"],
+            r["wall_s"].as_f64().unwrap_or(0.0) / 60.0,
+            r["environment_build_s"].as_f64().unwrap_or(0.0) / 60.0,
+            r["slot_minutes_per_instance"].as_f64().unwrap_or(0.0),
+            r["disk_bytes"]
+                .as_u64()
+                .map_or("—".to_string(), |b| format!("{:.2} GB", b as f64 / 1e9)),
+            r["flaky"].as_array().map_or(String::new(), |f| f
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")),
+        ));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(resolved: bool, verdict: &str) -> Value {
+        json!({"resolved": resolved, "verdict": verdict})
+    }
+
+    #[test]
+    fn a_verdict_that_changes_between_repeats_is_flaky() {
+        let a = BTreeMap::from([
+            ("x".to_string(), report(true, "resolved")),
+            ("y".to_string(), report(true, "resolved")),
+            ("z".to_string(), report(false, "unresolved")),
+        ]);
+        let mut b = a.clone();
+        b.insert("y".into(), report(false, "unresolved"));
+        b.remove("z");
+        assert_eq!(flaky_instances(&[a.clone(), b]), vec!["y", "z"]);
+        assert!(flaky_instances(&[a.clone(), a]).is_empty());
+    }
+
+    #[test]
+    fn figures_compare_only_instances_with_an_official_verdict() {
+        let gold = BTreeMap::from([
+            (
+                "r-1".to_string(),
+                json!({"resolved": true, "prepare_ms": 60000.0, "executions": {"pred_pre": {"command_ms": 50000.0, "overhead_ms": 10000.0}, "gold_pre": {"cached": true, "command_ms": 1e9}}}),
+            ),
+            (
+                "r-2".to_string(),
+                json!({"resolved": false, "prepare_ms": 0.0}),
+            ),
+            ("r-3".to_string(), json!({"resolved": true})),
+        ]);
+        let preds = BTreeMap::from([
+            ("r-1".to_string(), json!({"resolved": true})),
+            ("r-2".to_string(), json!({"resolved": true})),
+        ]);
+        let official = BTreeMap::from([("r-1".to_string(), true), ("r-2".to_string(), false)]);
+        let recs = instance_records(&gold, &preds, &official, std::slice::from_ref(&gold));
+        assert_eq!(recs.len(), 3);
+        assert!(recs[2]["official_resolved"].is_null());
+        let f = repo_figures(&recs, &gold);
+        assert_eq!(f["gold_resolved"], 2);
+        assert_eq!(f["official_compared"], 2);
+        assert_eq!(f["official_agree"], 1);
+        assert_eq!(f["official_disagreements"], json!(["r-2"]));
+        assert_eq!(f["environment_build_s"], 60.0);
+        // (60 s + 60 s) over 3 instances, in minutes.
+        assert!((f["slot_minutes_per_instance"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9);
+        let table = markdown_table(&[
+            json!({"repo": "r/r", "instances": 3, "gold_resolved": 2, "official_agree": 1, "official_compared": 2, "wall_s": 120.0, "environment_build_s": 60.0, "slot_minutes_per_instance": 0.5, "disk_bytes": 2_000_000_000u64, "flaky": ["r-2"]}),
+        ]);
+        assert!(
+            table.contains("| r/r | 2/3 | 1/2 | 2.0 min | 1.0 min | 0.50 | 2.00 GB | r-2 |"),
+            "{table}"
+        );
+    }
+}
