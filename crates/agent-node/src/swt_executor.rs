@@ -356,6 +356,7 @@ impl SwtExecutor {
             conda_packages_as_of: payload.env.conda_packages_as_of.clone(),
             locales: payload.env.locales.clone(),
             system_packages: payload.env.system_packages.clone(),
+            build_constraints: payload.env.build_constraints.clone(),
             gitlinks,
         };
         let limits = Limits {

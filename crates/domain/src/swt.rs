@@ -108,6 +108,11 @@ pub struct EnvSpec {
     /// the process executor checks that the host has them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub system_packages: Vec<String>,
+    /// pip constraints for the isolated build environments of packages built from source
+    /// (pip's `--build-constraint`, pip 25.3+), not for what is installed: `cython<3` builds
+    /// numpy 1.19.2 the way conda-forge's binary was built.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub build_constraints: Vec<String>,
 }
 
 fn default_python() -> String {
@@ -142,6 +147,12 @@ impl EnvSpec {
         }
         if !self.locales.is_empty() {
             packages.push(format!("--locales={}", self.locales.join(",")));
+        }
+        if !self.build_constraints.is_empty() {
+            packages.push(format!(
+                "--build-constraints={}",
+                self.build_constraints.join(",")
+            ));
         }
         env_key(&self.python, &packages)
     }

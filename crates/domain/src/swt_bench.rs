@@ -47,6 +47,16 @@ const BUILD_SYSTEM_PACKAGES: [(&str, &[&str]); 4] = [
     ("matplotlib/matplotlib", &["gcc", "g++", "libc6-dev"]),
 ];
 
+/// Build constraints of environments whose spec pins a package that PyPI has no wheel of for the
+/// spec's Python, so pip builds it where conda installs a binary: the constraints give its build
+/// what that binary was built with, and the reason goes into every report of the environment.
+const BUILD_CONSTRAINTS: [(&str, &str, &[&str], &str); 1] = [(
+    "scikit-learn/scikit-learn",
+    "1.3",
+    &["cython<3"],
+    "numpy 1.19.2, which the spec pins, has no wheel for Python 3.9 on PyPI (conda installs conda-forge's binary): pip builds it from source with Cython < 3 for its build (`--build-constraint`), as that binary was built; its own build requirement (Cython>=0.29.21) would take Cython 3, which cannot build it",
+)];
+
 /// An `eval_commands` line split into the locales its locale-generation steps make
 /// (`sed -i '/en_US.UTF-8/s/^# //g' /etc/locale.gen && locale-gen`, `locale-gen de_DE.UTF-8`)
 /// and the rest of it (`None` when nothing is left to run).
@@ -200,12 +210,20 @@ impl SwtBenchSpecs {
             fresh_build_tools: false,
             conda_packages_as_of: None,
             locales: Vec::new(),
+            build_constraints: Vec::new(),
             system_packages: BUILD_SYSTEM_PACKAGES
                 .iter()
                 .find(|(r, _)| *r == repo)
                 .map(|(_, p)| p.iter().map(|p| p.to_string()).collect())
                 .unwrap_or_default(),
         };
+        if let Some((.., constraints, why)) = BUILD_CONSTRAINTS
+            .iter()
+            .find(|(r, v, ..)| *r == repo && *v == version)
+        {
+            env.build_constraints = constraints.iter().map(|c| c.to_string()).collect();
+            env.left_out.push(why.to_string());
+        }
         // Locale generation needs root and changes the system: the executor provides the
         // locales instead (docker's base image has them all, as SWT-bench's has locales-all).
         for line in &spec.eval_commands {
@@ -460,5 +478,9 @@ mod tests {
             ]
         );
         assert!(env.packages.iter().all(|p| !p.contains(['\'', '"'])));
+        assert_eq!(env.build_constraints, ["cython<3"]);
+        assert!(env.left_out.iter().any(|l| l.contains("numpy 1.19.2")));
+        let older = s.env("scikit-learn/scikit-learn", "1.4").unwrap();
+        assert!(older.build_constraints.is_empty());
     }
 }

@@ -109,6 +109,8 @@ pub(crate) const BUILD_TOOLS: [&str; 4] = ["--upgrade", "pip", "setuptools", "wh
 pub(crate) const PIP_DATE_CAP_VAR: &str = "PIP_UPLOADED_PRIOR_TO";
 /// The pip that has `--uploaded-prior-to`: 26 and later, which need Python 3.9+.
 pub(crate) const PIP_WITH_DATE_CAP: &str = "pip>=26";
+/// pip's environment variable for `--build-constraint` ([`EnvRecipe::build_constraints`]).
+pub(crate) const PIP_BUILD_CONSTRAINT_VAR: &str = "PIP_BUILD_CONSTRAINT";
 
 /// Everything needed to build the environment an instance's executions run in.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -153,6 +155,8 @@ pub struct EnvRecipe {
     pub locales: Vec<String>,
     /// Debian packages the build needs (see `EnvSpec::system_packages`).
     pub system_packages: Vec<String>,
+    /// pip constraints of source builds (see `EnvSpec::build_constraints`).
+    pub build_constraints: Vec<String>,
 }
 
 impl EnvRecipe {
@@ -180,6 +184,12 @@ impl EnvRecipe {
         }
         if !self.locales.is_empty() {
             packages.push(format!("--locales={}", self.locales.join(",")));
+        }
+        if !self.build_constraints.is_empty() {
+            packages.push(format!(
+                "--build-constraints={}",
+                self.build_constraints.join(",")
+            ));
         }
         reprobench_domain::swt::env_key(&self.python, &packages)
     }

@@ -1,7 +1,10 @@
 //! Building env and instance layers: the Dockerfile and its in-memory context, the streamed build,
 //! and telling a recipe's own failure (final) from the machinery's (retry elsewhere).
 
-use super::super::{BUILD_TOOLS, EnvRecipe, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, SandboxError};
+use super::super::{
+    BUILD_TOOLS, EnvRecipe, PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP,
+    SandboxError,
+};
 use super::{KEY_LABEL, LAYER_LABEL, PARENT_LABEL, WORKDIR};
 use bollard::Docker;
 use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
@@ -283,10 +286,19 @@ pub(super) fn env_layer(
         Origin::Harness("copying the CA bundle and requirements in"),
     );
     // Every pip run in this image and the instance's, its install commands' too, honours the cap.
-    let date_cap = match &recipe.packages_as_of {
+    let mut date_cap = match &recipe.packages_as_of {
         Some(date) => format!(" {PIP_DATE_CAP_VAR}={}", sh_quote(date)),
         None => String::new(),
     };
+    if !recipe.build_constraints.is_empty() {
+        l.files.push((
+            "reprobench/build-constraints.txt".into(),
+            lines(&recipe.build_constraints),
+        ));
+        date_cap.push_str(&format!(
+            " {PIP_BUILD_CONSTRAINT_VAR}=/etc/reprobench/build-constraints.txt"
+        ));
+    }
     // PATH names the virtualenv before it exists: the interpreter below is still the base one.
     l.step(
         format!(

@@ -12,8 +12,8 @@ use super::python::{
 };
 use super::system_packages;
 use super::{
-    BUILD_TOOLS, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, PIP_DATE_CAP_VAR,
-    PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError,
+    BUILD_TOOLS, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, PIP_BUILD_CONSTRAINT_VAR,
+    PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError,
 };
 use crate::BoxFuture;
 use crate::ExecutorKind;
@@ -336,6 +336,12 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
                     })?;
                 }
                 env_text.push_str(&format!("LOCPATH={}\n", locpath.display()));
+            }
+            if !recipe.build_constraints.is_empty() {
+                let file = dir.join("reprobench-build-constraints.txt");
+                std::fs::write(&file, recipe.build_constraints.join("\n") + "\n")
+                    .map_err(|e| infra("writing the build constraints", e))?;
+                env_text.push_str(&format!("{PIP_BUILD_CONSTRAINT_VAR}={}\n", file.display()));
             }
             std::fs::write(dir.join(ENV_FILE), &env_text)
                 .map_err(|e| infra("writing the venv's environment", e))?;
