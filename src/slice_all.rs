@@ -395,7 +395,19 @@ pub fn run(o: &AllOptions) -> Result<()> {
                 }
             }
         }
-        let records = instance_records(&gold_reports, &pred_reports, &official, &repeats);
+        let versions: BTreeMap<String, Value> = repo
+            .rows
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|r| Some((r["instance_id"].as_str()?.to_string(), r["version"].clone())))
+            .collect();
+        let mut records = instance_records(&gold_reports, &pred_reports, &official, &repeats);
+        for r in &mut records {
+            let id = r["instance_id"].as_str().unwrap_or_default().to_string();
+            r["version"] = versions.get(&id).cloned().unwrap_or(Value::Null);
+            r["executor"] = o.executor.clone().into();
+            r["coverage"] = (!o.eval_args.iter().any(|a| a == "--no-coverage")).into();
+        }
         if let Some(dir) = &o.record {
             std::fs::create_dir_all(dir)?;
             let text: String = records.iter().map(|r| format!("{r}\n")).collect();

@@ -183,6 +183,8 @@ fn recipe(mirror: PathBuf, commit: String, python: &str) -> EnvRecipe {
         base_commit: commit,
         python: python.into(),
         install: "touch -d @946684800 pkg/m.py && python -m py_compile pkg/m.py && ls pkg/__pycache__ | grep -q m.".into(),
+        // django 3.x's exports need it; hosts often lack it (the process sandbox compiles it).
+        locales: vec!["en_US.UTF-8".into()],
         ..Default::default()
     }
 }
@@ -258,6 +260,24 @@ async fn sandboxes(root: &Path) -> Vec<(&'static str, Arc<dyn Sandbox>, Prepared
         }
     }
     out
+}
+
+/// A locale the recipe names is there in every execution, whether the host has it or not.
+#[tokio::test]
+async fn the_locales_a_recipe_names_are_there_in_every_execution() {
+    let root = tempdir();
+    for (kind, sb, prepared) in sandboxes(root.path()).await {
+        let script = "LANG=en_US.UTF-8 LC_ALL=en_US.UTF-8 python3 -c 'import locale; print(locale.setlocale(locale.LC_ALL, \"\"), locale.getpreferredencoding())'";
+        let out = sb
+            .exec(
+                &prepared,
+                request(&[], &["bash", "-c", script], Duration::from_secs(60)),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out.exit_code, Some(0), "{kind}: {}", out.output);
+        assert_eq!(out.output.trim(), "en_US.UTF-8 UTF-8", "{kind}");
+    }
 }
 
 fn tempdir() -> tempfile::TempDir {
