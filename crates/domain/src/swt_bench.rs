@@ -57,6 +57,21 @@ const BUILD_CONSTRAINTS: [(&str, &str, &[&str], &str); 1] = [(
     "numpy 1.19.2, which the spec pins, has no wheel for Python 3.9 on PyPI (conda installs conda-forge's binary): pip builds it from source with Cython < 3 for its build (`--build-constraint`), as that binary was built; its own build requirement (Cython>=0.29.21) would take Cython 3, which cannot build it",
 )];
 
+/// matplotlib from 3.3 on downloads FreeType 2.6.1 and Qhull while it builds (SWT-bench's image
+/// builds fetch them from sourceforge/savannah and qhull.org); reprobench builds it against the
+/// system's instead, through matplotlib's own switches, and says so in every report.
+const MATPLOTLIB_SYSTEM_LIBRARIES: (u32, u32) = (3, 3);
+
+/// The `[libs]` section that makes matplotlib build against the system's FreeType and Qhull,
+/// and the file its version reads it from (`setup.cfg` up to 3.3, `mplsetup.cfg` after).
+fn matplotlib_libs_file(version: (u32, u32)) -> &'static str {
+    if version <= (3, 3) {
+        "setup.cfg"
+    } else {
+        "mplsetup.cfg"
+    }
+}
+
 /// An `eval_commands` line split into the locales its locale-generation steps make
 /// (`sed -i '/en_US.UTF-8/s/^# //g' /etc/locale.gen && locale-gen`, `locale-gen de_DE.UTF-8`)
 /// and the rest of it (`None` when nothing is left to run).
@@ -223,6 +238,23 @@ impl SwtBenchSpecs {
         {
             env.build_constraints = constraints.iter().map(|c| c.to_string()).collect();
             env.left_out.push(why.to_string());
+        }
+        if repo == "matplotlib/matplotlib"
+            && let Some(v) = major_minor(version)
+            && v >= MATPLOTLIB_SYSTEM_LIBRARIES
+        {
+            let file = matplotlib_libs_file(v);
+            env.pre_install.insert(
+                0,
+                format!(
+                    "printf '[libs]\\nsystem_freetype = True\\nsystem_qhull = True\\n' > {file}"
+                ),
+            );
+            env.system_packages
+                .extend(["libfreetype-dev", "libqhull-dev", "pkg-config"].map(String::from));
+            env.left_out.push(format!(
+                "FreeType 2.6.1 and Qhull, which matplotlib's build downloads (from hosts this machine may not reach): it is built against the system's FreeType and Qhull instead (`system_freetype`/`system_qhull` in an untracked {file}). Text renders differently with another FreeType, so image-comparison tests with text in their images can fail here and pass in SWT-bench's image (matplotlib's own test suite pins FreeType 2.6.1 for them)"
+            ));
         }
         // Locale generation needs root and changes the system: the executor provides the
         // locales instead (docker's base image has them all, as SWT-bench's has locales-all).
@@ -449,6 +481,28 @@ mod tests {
                 .system_packages
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn matplotlib_builds_against_the_systems_freetype_and_qhull() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets");
+        let s = SwtBenchSpecs::load(&dir).unwrap().expect("shipped");
+        let env = s.env("matplotlib/matplotlib", "3.5").unwrap();
+        assert!(
+            env.pre_install[0].ends_with("> mplsetup.cfg"),
+            "{:?}",
+            env.pre_install
+        );
+        assert!(
+            env.pre_install[1].contains("apt-get"),
+            "the spec's own steps follow"
+        );
+        assert!(env.system_packages.iter().any(|p| p == "libqhull-dev"));
+        assert!(env.left_out.iter().any(|l| l.contains("FreeType 2.6.1")));
+        let env = s.env("matplotlib/matplotlib", "3.3").unwrap();
+        assert!(env.pre_install[0].ends_with("> setup.cfg"));
+        let env = s.env("matplotlib/matplotlib", "3.1").unwrap();
+        assert!(!env.pre_install[0].contains("system_freetype"));
     }
 
     #[test]

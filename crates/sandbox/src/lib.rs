@@ -191,6 +191,13 @@ impl EnvRecipe {
                 self.build_constraints.join(",")
             ));
         }
+        if !self.system_packages.is_empty() {
+            // An image installs those its base lacks.
+            packages.push(format!(
+                "--system-packages={}",
+                self.system_packages.join(",")
+            ));
+        }
         reprobench_domain::swt::env_key(&self.python, &packages)
     }
 

@@ -325,6 +325,22 @@ pub(super) fn env_layer(
             format!("/usr/bin/env {python} -m venv /opt/venv"),
         )
     }];
+    if !recipe.system_packages.is_empty() {
+        // What the build needs from the system and the base image lacks (SWT-bench's base has
+        // a C toolchain, and so has reprobench's: usually nothing to do).
+        let list = recipe
+            .system_packages
+            .iter()
+            .map(|p| sh_quote(p))
+            .collect::<Vec<_>>()
+            .join(" ");
+        pieces.push((
+            Origin::Harness("installing the system packages the build needs"),
+            format!(
+                "dpkg -s {list} >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends {list} && rm -rf /var/lib/apt/lists/*)"
+            ),
+        ));
+    }
     if recipe.fresh_build_tools {
         // The newest pip, setuptools and wheel for the Python, as a new conda environment has.
         pieces.push((
