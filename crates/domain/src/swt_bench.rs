@@ -72,6 +72,12 @@ fn matplotlib_libs_file(version: (u32, u32)) -> &'static str {
     }
 }
 
+/// astropy before 4.0 builds with astropy-helpers, a git submodule on GitHub: the release of it
+/// on PyPI whose `ah_bootstrap.py` is the commit's goes where the submodule would be.
+const ASTROPY_HELPERS_BEFORE: (u32, u32) = (4, 0);
+/// The script that finds and unpacks that release (run by the environment's Python).
+const ASTROPY_HELPERS_PY: &str = include_str!("swt_bench/astropy_helpers.py");
+
 /// An `eval_commands` line split into the locales its locale-generation steps make
 /// (`sed -i '/en_US.UTF-8/s/^# //g' /etc/locale.gen && locale-gen`, `locale-gen de_DE.UTF-8`)
 /// and the rest of it (`None` when nothing is left to run).
@@ -255,6 +261,17 @@ impl SwtBenchSpecs {
             env.left_out.push(format!(
                 "FreeType 2.6.1 and Qhull, which matplotlib's build downloads (from hosts this machine may not reach): it is built against the system's FreeType and Qhull instead (`system_freetype`/`system_qhull` in an untracked {file}). Text renders differently with another FreeType, so image-comparison tests with text in their images can fail here and pass in SWT-bench's image (matplotlib's own test suite pins FreeType 2.6.1 for them)"
             ));
+        }
+        if repo == "astropy/astropy"
+            && major_minor(version).is_some_and(|v| v < ASTROPY_HELPERS_BEFORE)
+        {
+            env.pre_install.insert(
+                0,
+                format!("python - <<'REPROBENCH_PY'\n{ASTROPY_HELPERS_PY}REPROBENCH_PY"),
+            );
+            env.left_out.push(
+                "the astropy_helpers git submodule (on GitHub): the release of astropy-helpers on PyPI whose ah_bootstrap.py is the commit's (the newest of them) is unpacked in its place".into(),
+            );
         }
         // Locale generation needs root and changes the system: the executor provides the
         // locales instead (docker's base image has them all, as SWT-bench's has locales-all).
@@ -503,6 +520,22 @@ mod tests {
         assert!(env.pre_install[0].ends_with("> setup.cfg"));
         let env = s.env("matplotlib/matplotlib", "3.1").unwrap();
         assert!(!env.pre_install[0].contains("system_freetype"));
+    }
+
+    #[test]
+    fn astropy_1_3_gets_its_helpers_from_pypi() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets");
+        let s = SwtBenchSpecs::load(&dir).unwrap().expect("shipped");
+        let env = s.env("astropy/astropy", "1.3").unwrap();
+        assert!(env.pre_install[0].starts_with("python - <<'REPROBENCH_PY'\n"));
+        assert!(env.pre_install[0].ends_with("\nREPROBENCH_PY"));
+        assert!(
+            !env.pre_install[0].contains("&&"),
+            "one step for the apt reader"
+        );
+        assert!(env.left_out.iter().any(|l| l.contains("astropy_helpers")));
+        let env = s.env("astropy/astropy", "5.1").unwrap();
+        assert!(env.pre_install.iter().all(|c| !c.contains("REPROBENCH_PY")));
     }
 
     #[test]
