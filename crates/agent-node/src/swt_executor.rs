@@ -302,7 +302,40 @@ impl SwtExecutor {
             .join(format!("t{}-e{}", spec.attempt.task_id, spec.attempt.epoch));
         let _ = std::fs::create_dir_all(&artifact_dir);
         let mirror = self.repos.join(mirror_name(&inst.repo));
-        let requirements = if payload.env.requirements_files.is_empty() {
+        // Conda packages of the environment file that pip cannot give (named in the report).
+        let mut conda_left_out = Vec::new();
+        let requirements = if !payload.env.conda_env_files.is_empty() {
+            let commit = if inst.environment_setup_commit.is_empty() {
+                &inst.base_commit
+            } else {
+                &inst.environment_setup_commit
+            };
+            let Some(yml) = payload
+                .env
+                .conda_env_files
+                .iter()
+                .find_map(|p| mirror::file_at(&mirror, commit, p))
+            else {
+                return outcome_error(
+                    FailureClass::BadInput,
+                    "bad_input:environment",
+                    format!(
+                        "{}: none of {} is in {} at {commit}; the environment spec installs from that file (update the mirror with `reprobench datasets import`)",
+                        inst.instance_id,
+                        payload.env.conda_env_files.join(", "),
+                        mirror.display()
+                    ),
+                );
+            };
+            let (reqs, left) = reprobench_domain::swt_bench::conda_env_as_requirements(&yml);
+            if !left.is_empty() {
+                conda_left_out.push(format!(
+                    "conda packages of the environment file that pip cannot install here: {}",
+                    left.join(", ")
+                ));
+            }
+            Some(reqs.join("\n") + "\n")
+        } else if payload.env.requirements_files.is_empty() {
             None
         } else {
             let commit = if inst.environment_setup_commit.is_empty() {
@@ -481,6 +514,7 @@ impl SwtExecutor {
         let mut left_out = payload.env.left_out.clone();
         left_out.extend(tree_gaps.iter().map(|g| g.describe(&inst.base_commit)));
         left_out.extend(self.sandbox.environment_notes(&recipe));
+        left_out.extend(conda_left_out);
         if !left_out.is_empty() {
             report["environment_left_out"] = serde_json::json!(left_out);
         }

@@ -113,6 +113,11 @@ pub struct EnvSpec {
     /// numpy 1.19.2 the way conda-forge's binary was built.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub build_constraints: Vec<String>,
+    /// Conda environment files of the repository at the instance's environment-setup commit, the
+    /// first that exists read and its dependencies installed with pip under their PyPI names
+    /// (see `swt_bench::conda_env_as_requirements`), before the pip pins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conda_env_files: Vec<String>,
 }
 
 fn default_python() -> String {
@@ -147,6 +152,9 @@ impl EnvSpec {
         }
         if !self.locales.is_empty() {
             packages.push(format!("--locales={}", self.locales.join(",")));
+        }
+        if !self.conda_env_files.is_empty() {
+            packages.push(format!("--conda-env={}", self.conda_env_files.join(",")));
         }
         if !self.build_constraints.is_empty() {
             packages.push(format!(

@@ -78,6 +78,83 @@ const ASTROPY_HELPERS_BEFORE: (u32, u32) = (4, 0);
 /// The script that finds and unpacks that release (run by the environment's Python).
 const ASTROPY_HELPERS_PY: &str = include_str!("swt_bench/astropy_helpers.py");
 
+/// Repositories whose conda environment file is installed with pip (its dependencies under their
+/// PyPI names): matplotlib's lists pytest and the test plugins, which its spec's pip pins lack.
+/// Others keep to the spec's pip packages (xarray's pins hold what its tests need).
+const CONDA_ENV_BY_PIP: [&str; 1] = ["matplotlib/matplotlib"];
+
+/// Conda packages whose PyPI name differs.
+const CONDA_TO_PYPI: [(&str, &str); 3] = [
+    ("pyqt", "PyQt5"),
+    ("pytables", "tables"),
+    ("matplotlib-base", "matplotlib"),
+];
+
+/// Conda packages pip cannot give an environment: the interpreter and pip themselves, system
+/// libraries and programs conda packages (GTK, Graphviz), and bindings PyPI has no wheel of that
+/// build only against system libraries (PyGObject, wxPython).
+const CONDA_ONLY: [&str; 8] = [
+    "python",
+    "pip",
+    "gtk3",
+    "graphviz",
+    "pygobject",
+    "wxpython",
+    "cairo",
+    "ffmpeg",
+];
+
+/// A conda environment file's dependencies as pip requirements (conda's `name=1.2` as
+/// `name==1.2`, PyPI's names for the few that differ, the `pip:` list as it is), and the conda
+/// packages left out (see [`CONDA_ONLY`]). Reads the file's `dependencies:` list only. Pure.
+pub fn conda_env_as_requirements(yml: &str) -> (Vec<String>, Vec<String>) {
+    let (mut reqs, mut left_out) = (Vec::new(), Vec::new());
+    let mut in_deps = false;
+    let mut pip_indent: Option<usize> = None;
+    for line in yml.lines() {
+        let text = line.split(" #").next().unwrap_or_default();
+        if text.trim().is_empty() || text.trim_start().starts_with('#') {
+            continue;
+        }
+        let indent = text.len() - text.trim_start().len();
+        if indent == 0 {
+            in_deps = text.trim_end() == "dependencies:";
+            pip_indent = None;
+            continue;
+        }
+        let Some(item) = text.trim().strip_prefix("- ").map(str::trim) else {
+            continue;
+        };
+        if !in_deps {
+            continue;
+        }
+        if pip_indent.is_some_and(|p| indent > p) {
+            reqs.push(item.to_string());
+            continue;
+        }
+        pip_indent = None;
+        if item == "pip:" {
+            pip_indent = Some(indent);
+            continue;
+        }
+        let name_end = item
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "-_.".contains(c)))
+            .unwrap_or(item.len());
+        let (name, spec) = item.split_at(name_end);
+        let lower = name.to_ascii_lowercase();
+        if CONDA_ONLY.contains(&lower.as_str()) {
+            left_out.push(item.to_string());
+            continue;
+        }
+        let pypi = CONDA_TO_PYPI
+            .iter()
+            .find(|(c, _)| *c == lower)
+            .map_or(name, |(_, p)| p);
+        reqs.push(pip_name(&format!("{pypi}{}", spec.trim())));
+    }
+    (reqs, left_out)
+}
+
 /// An `eval_commands` line split into the locales its locale-generation steps make
 /// (`sed -i '/en_US.UTF-8/s/^# //g' /etc/locale.gen && locale-gen`, `locale-gen de_DE.UTF-8`)
 /// and the rest of it (`None` when nothing is left to run).
@@ -232,6 +309,7 @@ impl SwtBenchSpecs {
             conda_packages_as_of: None,
             locales: Vec::new(),
             build_constraints: Vec::new(),
+            conda_env_files: Vec::new(),
             system_packages: BUILD_SYSTEM_PACKAGES
                 .iter()
                 .find(|(r, _)| *r == repo)
@@ -317,10 +395,18 @@ impl SwtBenchSpecs {
             }
             "environment.yml" => {
                 let files = self.env_yml_paths.get(repo).cloned().unwrap_or_default();
-                env.left_out.push(format!(
-                    "the conda environment file ({}) at the environment-setup commit: conda is not used, only the spec's pip packages are installed",
-                    files.join(" or ")
-                ));
+                if CONDA_ENV_BY_PIP.contains(&repo) {
+                    env.conda_env_files = files.clone();
+                    env.left_out.push(format!(
+                        "conda, which installs the environment file ({}) at the environment-setup commit: its dependencies are installed with pip under their PyPI names instead, from PyPI's wheels and sources, not conda-forge's builds",
+                        files.join(" or ")
+                    ));
+                } else {
+                    env.left_out.push(format!(
+                        "the conda environment file ({}) at the environment-setup commit: conda is not used, only the spec's pip packages are installed",
+                        files.join(" or ")
+                    ));
+                }
             }
             names => {
                 // SWE-bench puts this string into a shell command (`conda create … {packages}`),
@@ -536,6 +622,27 @@ mod tests {
         assert!(env.left_out.iter().any(|l| l.contains("astropy_helpers")));
         let env = s.env("astropy/astropy", "5.1").unwrap();
         assert!(env.pre_install.iter().all(|c| !c.contains("REPROBENCH_PY")));
+    }
+
+    #[test]
+    fn a_conda_environment_file_reads_as_pip_requirements() {
+        let yml = "name: mpl-dev\nchannels:\n  - conda-forge\ndependencies:\n  - cairocffi\n  - numpy>=1.19\n  - pyqt\n  - python=3.8\n  - setuptools_scm\n  - wxpython\n  # docs\n  - pip\n  - pip:\n      - mpl-sphinx-theme\n      - pikepdf\n  - pytest!=4.6.0,!=5.4.0  # testing\n  - nbconvert[execute]!=6.0.0\n  - scipy=1.5\n";
+        let (reqs, left_out) = conda_env_as_requirements(yml);
+        assert_eq!(
+            reqs,
+            [
+                "cairocffi",
+                "numpy>=1.19",
+                "PyQt5",
+                "setuptools_scm",
+                "mpl-sphinx-theme",
+                "pikepdf",
+                "pytest!=4.6.0,!=5.4.0",
+                "nbconvert[execute]!=6.0.0",
+                "scipy==1.5"
+            ]
+        );
+        assert_eq!(left_out, ["python=3.8", "wxpython", "pip"]);
     }
 
     #[test]
