@@ -202,3 +202,83 @@ fn requests_from_the_real_slice_is_graded_as_swt_bench_grades_it() {
         );
     }
 }
+
+/// django 3.0 (Python 3.6) from the real slice: SWT-bench's django specs end to end. Its
+/// `eval_commands` export `LANG=en_US.UTF-8`, and without that locale Python 3.6 runs in ASCII and
+/// django__django-10914's `migrate` dies with `UnicodeEncodeError`; its requirements build
+/// `pywatchman` from source. AssertFlip's prediction for django__django-11001 gets its official
+/// verdict.
+#[test]
+fn django_3_0_from_the_real_slice_resolves_with_its_locale() {
+    let Some(slice) = shared_data("real/swt-slice") else {
+        return;
+    };
+    const DJANGO: [&str; 2] = ["django__django-10914", "django__django-11001"];
+    let dir = scratch();
+    let (ok, stdout, stderr) = run(
+        &[
+            "datasets",
+            "import",
+            slice
+                .join("repos/django__django.git.tar.gz")
+                .to_str()
+                .unwrap(),
+            "--repos",
+            dir.path().join("repos").to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert!(ok && stdout.contains("imported"), "{stdout}{stderr}");
+    let rows_file = dir.path().join("rows.jsonl");
+    let rows: Vec<Value> = std::fs::read_to_string(slice.join("rows.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| DJANGO.contains(&r["instance_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    jsonl(&rows_file, rows.iter().cloned());
+    let gold = eval(dir.path(), &rows_file, "gold", &[]);
+    assert_eq!(
+        (gold["total"].as_u64(), gold["resolved"].as_u64()),
+        (Some(2), Some(2)),
+        "{gold}"
+    );
+    let r = report(&gold, "django__django-10914");
+    assert_eq!(r["parser"], "django");
+    assert_eq!(
+        r["test_directives"],
+        serde_json::json!(["test_utils.tests"]),
+        "django's test files as dotted modules"
+    );
+    let post = std::fs::read_to_string(
+        Path::new(gold["reports"].as_str().unwrap()).join("django__django-10914/pred_post.log"),
+    )
+    .unwrap();
+    assert!(!post.contains("UnicodeEncodeError"), "{post}");
+
+    let official: Value = serde_json::from_slice(
+        &std::fs::read(slice.join("verdicts/AssertFlip-django.json")).unwrap(),
+    )
+    .unwrap();
+    let af = dir.path().join("assertflip.jsonl");
+    let all = std::fs::read_to_string(slice.join("predictions/AssertFlip.jsonl")).unwrap();
+    jsonl(
+        &af,
+        all.lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|p| p["instance_id"] == "django__django-11001"),
+    );
+    let v = eval(
+        dir.path(),
+        &rows_file,
+        af.to_str().unwrap(),
+        &["--rules", "swt-bench-2024"],
+    );
+    assert_eq!(
+        report(&v, "django__django-11001")["resolved"],
+        official["instances"]["django__django-11001"]["resolved"],
+        "{}",
+        report(&v, "django__django-11001")
+    );
+}
