@@ -14,13 +14,14 @@ use std::time::Instant;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 use tracing::{info, warn};
 
-/// Packages of the base image: Python with venv (for the env layer), git and patch (to apply
+/// Packages of the base image: Python with venv and headers (for the env layer; a conda Python
+/// has its headers, and django 5.0's requirements build a C extension), git and patch (to apply
 /// predictions), CA certificates, ps (for tests that inspect processes), then the packages of
 /// SWT-bench's own base image (its `_DOCKERFILE_BASE`: a C toolchain, libffi and libtiff
 /// headers, every locale, time zones, curl, wget, jq, xxd), so environments build and run as
 /// they do there (django 3.x exports `LANG=en_US.UTF-8`; its requirements build C extensions).
 /// A change here needs a new [`super::DEFAULT_BASE_IMAGE`] tag: images are found by tag.
-const PACKAGES: &str = "python3,python3-venv,git,patch,ca-certificates,procps,bubblewrap,\
+const PACKAGES: &str = "python3,python3-venv,python3-dev,git,patch,ca-certificates,procps,bubblewrap,\
                         build-essential,libffi-dev,libtiff-dev,locales,locales-all,tzdata,curl,wget,jq,xxd";
 /// Where the CA bundle goes (the system bundle path, so everything trusts it).
 const ROOTFS_CA: &str = "etc/ssl/certs/ca-certificates.crt";
