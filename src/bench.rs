@@ -940,7 +940,8 @@ fn execution_figures(v: &serde_json::Value) -> (usize, Vec<f64>, Vec<f64>) {
     (run, overhead, test)
 }
 
-fn dir_bytes(p: &std::path::Path) -> u64 {
+/// Bytes under a directory (`du -sb`), 0 when it cannot be read.
+pub(crate) fn dir_bytes(p: &std::path::Path) -> u64 {
     let out = std::process::Command::new("du")
         .args(["-sb"])
         .arg(p)

@@ -238,22 +238,6 @@ fn eval(
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
-/// Bytes under `dir` (`du -sb`), 0 when it cannot be read.
-fn disk_bytes(dir: &Path) -> u64 {
-    std::process::Command::new("du")
-        .arg("-sb")
-        .arg(dir)
-        .output()
-        .ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .split_whitespace()
-                .next()
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// Runs the benchmark; prints the table (and the JSON figures).
 pub fn run(o: &AllOptions) -> Result<()> {
     std::fs::create_dir_all(&o.work)
@@ -426,7 +410,7 @@ pub fn run(o: &AllOptions) -> Result<()> {
             .sum::<f64>()
             .into();
         row["disk_bytes"] = if o.executor == "process" {
-            disk_bytes(&o.work.join(&cache)).into()
+            crate::bench::dir_bytes(&o.work.join(&cache)).into()
         } else {
             Value::Null
         };

@@ -82,37 +82,43 @@ fn jsonl(path: &Path, rows: impl Iterator<Item = Value>) {
     std::fs::write(path, text).unwrap();
 }
 
+/// Imports the slice's mirror `OWNER__NAME` into DIR/repos and writes the rows of `ids` to
+/// DIR/rows.jsonl; that file and the rows.
+fn import_rows(slice: &Path, dir: &Path, mirror: &str, ids: &[&str]) -> (PathBuf, Vec<Value>) {
+    let tarball = slice.join(format!("repos/{mirror}.git.tar.gz"));
+    let repos = dir.join("repos");
+    let (ok, stdout, stderr) = run(
+        &[
+            "datasets",
+            "import",
+            tarball.to_str().unwrap(),
+            "--repos",
+            repos.to_str().unwrap(),
+        ],
+        dir,
+    );
+    assert!(ok && stdout.contains("imported"), "{stdout}{stderr}");
+    let rows: Vec<Value> = std::fs::read_to_string(slice.join("rows.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| ids.contains(&r["instance_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(rows.len(), ids.len());
+    let rows_file = dir.join("rows.jsonl");
+    jsonl(&rows_file, rows.iter().cloned());
+    (rows_file, rows)
+}
+
 #[test]
 fn requests_from_the_real_slice_is_graded_as_swt_bench_grades_it() {
     let Some(slice) = shared_data("real/swt-slice") else {
         return;
     };
     let dir = scratch();
-    let (ok, stdout, stderr) = run(
-        &[
-            "datasets",
-            "import",
-            slice
-                .join("repos/psf__requests.git.tar.gz")
-                .to_str()
-                .unwrap(),
-            "--repos",
-            dir.path().join("repos").to_str().unwrap(),
-        ],
-        dir.path(),
-    );
-    assert!(ok && stdout.contains("imported"), "{stdout}{stderr}");
     // The rows as they are: no env, so SWT-bench's specs give Python 3.9 and its test command.
-    let rows_file = dir.path().join("rows.jsonl");
-    let rows: Vec<Value> = std::fs::read_to_string(slice.join("rows.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|r| INSTANCES.contains(&r["instance_id"].as_str().unwrap()))
-        .collect();
-    assert_eq!(rows.len(), 2);
+    let (rows_file, rows) = import_rows(&slice, dir.path(), "psf__requests", &INSTANCES);
     assert!(rows.iter().all(|r| r.get("env").is_none()));
-    jsonl(&rows_file, rows.iter().cloned());
 
     let gold = eval(dir.path(), &rows_file, "gold", &[]);
     assert_eq!(
@@ -215,29 +221,7 @@ fn django_3_0_from_the_real_slice_resolves_with_its_locale() {
     };
     const DJANGO: [&str; 2] = ["django__django-10914", "django__django-11001"];
     let dir = scratch();
-    let (ok, stdout, stderr) = run(
-        &[
-            "datasets",
-            "import",
-            slice
-                .join("repos/django__django.git.tar.gz")
-                .to_str()
-                .unwrap(),
-            "--repos",
-            dir.path().join("repos").to_str().unwrap(),
-        ],
-        dir.path(),
-    );
-    assert!(ok && stdout.contains("imported"), "{stdout}{stderr}");
-    let rows_file = dir.path().join("rows.jsonl");
-    let rows: Vec<Value> = std::fs::read_to_string(slice.join("rows.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|r| DJANGO.contains(&r["instance_id"].as_str().unwrap()))
-        .collect();
-    assert_eq!(rows.len(), 2);
-    jsonl(&rows_file, rows.iter().cloned());
+    let (rows_file, _) = import_rows(&slice, dir.path(), "django__django", &DJANGO);
     let gold = eval(dir.path(), &rows_file, "gold", &[]);
     assert_eq!(
         (gold["total"].as_u64(), gold["resolved"].as_u64()),
