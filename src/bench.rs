@@ -733,6 +733,10 @@ pub struct SliceBenchArgs {
     /// (the work directory is durable); per-instance key fields to --record; the README table.
     #[arg(long)]
     all: bool,
+    /// With --all: only these instances (repeatable or comma-separated); records of other
+    /// instances already in --record DIR are kept.
+    #[arg(long = "instance-id", value_name = "ID", value_delimiter = ',')]
+    instance_ids: Vec<String>,
     /// With --all: run gold N times and list the instances whose verdict changed (flaky tests).
     #[arg(long, value_name = "N", default_value_t = 1)]
     repeat_gold: u32,
@@ -1053,6 +1057,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         return crate::slice_all::run(&crate::slice_all::AllOptions {
             slice,
             repos: a.repos.clone(),
+            instance_ids: a.instance_ids.iter().cloned().collect(),
             executor,
             nodes: a.nodes,
             work: std::path::absolute(&work)?,
@@ -1065,8 +1070,12 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         });
     }
     anyhow::ensure!(
-        a.repeat_gold <= 1 && a.record.is_none() && !a.no_coverage && a.timeout_s.is_none(),
-        "--repeat-gold, --record, --no-coverage and --timeout-s go with --all"
+        a.repeat_gold <= 1
+            && a.record.is_none()
+            && !a.no_coverage
+            && a.timeout_s.is_none()
+            && a.instance_ids.is_empty(),
+        "--repeat-gold, --record, --no-coverage, --timeout-s and --instance-id go with --all"
     );
     let repos = if a.repos.is_empty() {
         vec![
@@ -1090,44 +1099,14 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         None => tempdir()?,
     };
     // Mirrors of the chosen repositories, and their SWT-bench instances.
-    let membership: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(slice.join("membership.json"))?)?;
-    let swt: std::collections::BTreeSet<String> = ["swt_bench_lite", "swt_bench_verified_sample"]
-        .iter()
-        .flat_map(|k| membership[k].as_array().cloned().unwrap_or_default())
-        .filter_map(|v| v.as_str().map(str::to_string))
-        .collect();
-    let mut tarballs = Vec::new();
-    let mut wanted_repos = Vec::new();
-    for entry in std::fs::read_dir(slice.join("repos"))?.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(mirror) = name.strip_suffix(".git.tar.gz") else {
-            continue;
-        };
-        let short = mirror.rsplit("__").next().unwrap_or(mirror);
-        if repos.iter().any(|r| r == short || r == mirror) {
-            tarballs.push(entry.path());
-            wanted_repos.push(mirror.replace("__", "/"));
-        }
-    }
-    anyhow::ensure!(
-        !tarballs.is_empty(),
-        "no mirror of {:?} in {}",
-        repos,
-        slice.join("repos").display()
-    );
+    let chosen = crate::slice_all::slice_repos(&slice, &repos)?;
+    let tarballs: Vec<std::path::PathBuf> = chosen.iter().map(|r| r.tarball.clone()).collect();
+    let wanted_repos: Vec<String> = chosen.iter().map(|r| r.name.clone()).collect();
     // Progress goes to stderr: stdout carries the benchmark's (JSON) result.
     crate::datasets::import_mirrors(&tarballs, &root.join("repos"), |l| eprintln!("{l}"))?;
-    let rows_text: String = std::fs::read_to_string(slice.join("rows.jsonl"))?
-        .lines()
-        .filter(|l| {
-            serde_json::from_str::<serde_json::Value>(l).is_ok_and(|r| {
-                r["instance_id"].as_str().is_some_and(|i| swt.contains(i))
-                    && r["repo"]
-                        .as_str()
-                        .is_some_and(|p| wanted_repos.iter().any(|w| w == p))
-            })
-        })
+    let rows_text: String = chosen
+        .iter()
+        .flat_map(|r| &r.rows)
         .map(|l| format!("{l}\n"))
         .collect();
     let rows = root.join("rows.jsonl");

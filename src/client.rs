@@ -306,6 +306,10 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
     let mut node_bars: HashMap<String, ProgressBar> = HashMap::new();
     let node_style = ProgressStyle::with_template("{prefix:>8} {msg}").expect("static template");
     let mut failures = 0u32;
+    // Bars are not drawn into a file or a pipe (a run under nohup, CI): a line per finished task
+    // is written there instead, with the same figures.
+    let mut lines = (!quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .then(|| ProgressLines::new(std::time::Instant::now()));
     loop {
         let stream = match client(address).await {
             Ok(mut c) => {
@@ -355,6 +359,11 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                         "ok {} fail {} err {} | success {rate:.1}% | running {}",
                         s.succeeded, s.failed, s.errored, s.running
                     ));
+                    if let Some(l) = lines.as_mut()
+                        && let Some(line) = l.line(done, s.tasks, &overall.message())
+                    {
+                        eprintln!("{line}");
+                    }
                     for n in &p.nodes {
                         let bar = node_bars.entry(n.node_id.clone()).or_insert_with(|| {
                             let b = bars.add(ProgressBar::new_spinner());
@@ -390,6 +399,54 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Progress as plain lines, one each time the count of finished tasks changes.
+struct ProgressLines {
+    started: std::time::Instant,
+    /// Finished tasks at the first report (a resumed run's, not counted in the rate).
+    first: Option<u64>,
+    last: Option<u64>,
+}
+
+impl ProgressLines {
+    fn new(started: std::time::Instant) -> ProgressLines {
+        ProgressLines {
+            started,
+            first: None,
+            last: None,
+        }
+    }
+
+    /// `tasks 5/38 ok 5 ... ETA 31m` when `done` changed since the last line.
+    fn line(&mut self, done: u64, total: u64, figures: &str) -> Option<String> {
+        if self.last == Some(done) {
+            return None;
+        }
+        self.last = Some(done);
+        let first = *self.first.get_or_insert(done);
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let eta = match done.checked_sub(first) {
+            Some(n) if n > 0 && total > done => {
+                format_minutes(elapsed / n as f64 * (total - done) as f64)
+            }
+            _ => "?".to_string(),
+        };
+        Some(format!(
+            "tasks {done}/{total} {figures} | {} elapsed, ETA {eta}",
+            format_minutes(elapsed)
+        ))
+    }
+}
+
+/// `42s`, `17m`, `2h05m`.
+fn format_minutes(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m", s / 60),
+        _ => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
     }
 }
 
@@ -696,5 +753,22 @@ mod tests {
         w.serialize(&row).unwrap();
         let text = String::from_utf8(w.into_inner().unwrap()).unwrap();
         assert_eq!(text.lines().next().unwrap(), RESULT_COLUMNS.join(","));
+    }
+
+    #[test]
+    fn progress_lines_come_when_the_count_changes_with_an_eta_from_this_session() {
+        let started = std::time::Instant::now() - std::time::Duration::from_secs(600);
+        let mut l = super::ProgressLines::new(started);
+        // A resumed run: 10 tasks were finished before this session.
+        let first = l.line(10, 30, "ok 10").unwrap();
+        assert!(first.starts_with("tasks 10/30 ok 10 |"), "{first}");
+        assert!(first.ends_with("ETA ?"), "{first}");
+        assert_eq!(l.line(10, 30, "ok 10"), None);
+        // 5 in 10 minutes: the last 15 take 30 more.
+        let next = l.line(15, 30, "ok 15").unwrap();
+        assert!(next.contains("10m elapsed"), "{next}");
+        assert!(next.ends_with("ETA 30m"), "{next}");
+        assert_eq!(super::format_minutes(7500.0), "2h05m");
+        assert_eq!(super::format_minutes(42.0), "42s");
     }
 }

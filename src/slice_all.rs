@@ -18,6 +18,8 @@ pub struct AllOptions {
     pub slice: PathBuf,
     /// Short repository names to run (empty: every repository of the slice).
     pub repos: Vec<String>,
+    /// Instances to run (empty: every SWT-bench instance of those repositories).
+    pub instance_ids: BTreeSet<String>,
     /// docker or process.
     pub executor: String,
     /// Local nodes, one slot each.
@@ -39,18 +41,21 @@ pub struct AllOptions {
 }
 
 /// One repository's mirror tarball and SWT-bench rows in the slice.
-struct Repo {
+#[derive(Debug)]
+pub(crate) struct Repo {
     /// `django`.
-    short: String,
+    pub short: String,
     /// `django/django`.
-    name: String,
-    tarball: PathBuf,
+    pub name: String,
+    /// `SLICE/repos/django__django.git.tar.gz`.
+    pub tarball: PathBuf,
     /// Rows (JSON lines) of its SWT-bench instances.
-    rows: Vec<String>,
+    pub rows: Vec<String>,
 }
 
-/// The slice's repositories with SWT-bench instances, fewest instances first.
-fn slice_repos(slice: &Path, wanted: &[String]) -> Result<Vec<Repo>> {
+/// The slice's repositories with SWT-bench instances (those of `wanted`, short or mirror
+/// names; none: all), fewest instances first.
+pub(crate) fn slice_repos(slice: &Path, wanted: &[String]) -> Result<Vec<Repo>> {
     let membership: Value = serde_json::from_slice(
         &std::fs::read(slice.join("membership.json"))
             .with_context(|| format!("{}: no membership.json", slice.display()))?,
@@ -102,6 +107,66 @@ fn slice_repos(slice: &Path, wanted: &[String]) -> Result<Vec<Repo>> {
     }
     repos.sort_by(|a, b| (a.rows.len(), &a.short).cmp(&(b.rows.len(), &b.short)));
     Ok(repos)
+}
+
+/// The repositories' rows narrowed to `ids` (none: all of them); an id of no row is an error.
+fn only_instances(repos: Vec<Repo>, ids: &BTreeSet<String>) -> Result<Vec<Repo>> {
+    if ids.is_empty() {
+        return Ok(repos);
+    }
+    let id_of = |l: &str| {
+        serde_json::from_str::<Value>(l)
+            .ok()
+            .and_then(|r| r["instance_id"].as_str().map(str::to_string))
+    };
+    let known: BTreeSet<String> = repos
+        .iter()
+        .flat_map(|r| r.rows.iter().filter_map(|l| id_of(l)))
+        .collect();
+    let unknown: Vec<&String> = ids.difference(&known).collect();
+    anyhow::ensure!(
+        unknown.is_empty(),
+        "--instance-id {}: not an SWT-bench instance of the chosen repositories of the slice",
+        unknown
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    Ok(repos
+        .into_iter()
+        .map(|mut r| {
+            r.rows
+                .retain(|l| id_of(l).is_some_and(|i| ids.contains(&i)));
+            r
+        })
+        .filter(|r| !r.rows.is_empty())
+        .collect())
+}
+
+/// What tells a run of some instances apart in `walls.json` (`@3:a-1..a-9`; none for all), so
+/// that its wall time is its own.
+fn subset_tag(ids: &BTreeSet<String>) -> String {
+    match (ids.first(), ids.last()) {
+        (Some(first), Some(last)) => format!("@{}:{first}..{last}", ids.len()),
+        _ => String::new(),
+    }
+}
+
+/// `records` merged into the JSON lines of `earlier` (a record file of an earlier run): a
+/// record replaces the earlier one of its instance, the others are kept; sorted by instance.
+fn merged_records(earlier: &str, records: &[Value]) -> String {
+    let mut by_id: BTreeMap<String, Value> = earlier
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|r| Some((r["instance_id"].as_str()?.to_string(), r)))
+        .collect();
+    for r in records {
+        if let Some(id) = r["instance_id"].as_str() {
+            by_id.insert(id.to_string(), r.clone());
+        }
+    }
+    by_id.values().map(|r| format!("{r}\n")).collect()
 }
 
 /// Every official verdict of the slice's `verdicts/*.json` files: instance → resolved.
@@ -170,10 +235,13 @@ impl Walls {
             .and_then(|b| serde_json::from_slice(&b).ok())
             .unwrap_or_default()
     }
-    fn add(&mut self, work: &Path, step: &str, secs: f64) -> Result<()> {
-        *self.0.entry(step.to_string()).or_default() += secs;
+    /// Runs `f`, adding its wall time to `step` (saved at once, so a crash keeps it).
+    fn timed<T>(&mut self, work: &Path, step: &str, f: impl FnOnce() -> T) -> Result<T> {
+        let started = Instant::now();
+        let out = f();
+        *self.0.entry(step.to_string()).or_default() += started.elapsed().as_secs_f64();
         std::fs::write(Walls::file(work), serde_json::to_vec_pretty(self)?)?;
-        Ok(())
+        Ok(out)
     }
 }
 
@@ -242,7 +310,7 @@ fn eval(
 pub fn run(o: &AllOptions) -> Result<()> {
     std::fs::create_dir_all(&o.work)
         .with_context(|| format!("cannot create the work directory {}", o.work.display()))?;
-    let repos = slice_repos(&o.slice, &o.repos)?;
+    let repos = only_instances(slice_repos(&o.slice, &o.repos)?, &o.instance_ids)?;
     let official = official_verdicts(&o.slice)?;
     let predictions_file = o
         .predictions
@@ -296,21 +364,18 @@ pub fn run(o: &AllOptions) -> Result<()> {
                 .collect::<String>(),
         )?;
         let cache = format!("cache/{}", repo.short);
+        let walls_key = format!("{}{}", repo.short, subset_tag(&o.instance_ids));
         let mut row = json!({"repo": repo.name, "instances": repo.rows.len()});
-        let started = Instant::now();
-        let gold = eval(
-            o,
-            &rows,
-            "gold",
-            &format!("data/{}/gold", repo.short),
-            &cache,
-            &[],
-        );
-        walls.add(
-            &o.work,
-            &format!("{}/gold", repo.short),
-            started.elapsed().as_secs_f64(),
-        )?;
+        let gold = walls.timed(&o.work, &format!("{walls_key}/gold"), || {
+            eval(
+                o,
+                &rows,
+                "gold",
+                &format!("data/{}/gold", repo.short),
+                &cache,
+                &[],
+            )
+        })?;
         let gold = match gold {
             Ok(g) => g,
             Err(e) => {
@@ -326,20 +391,16 @@ pub fn run(o: &AllOptions) -> Result<()> {
         // (the golden test patch, before and after the fix) run anew every time.
         let mut repeats = vec![gold_reports.clone()];
         for n in 2..=o.repeat_gold.max(1) {
-            let started = Instant::now();
-            let r = eval(
-                o,
-                &rows,
-                "gold",
-                &format!("data/{}/gold-repeat-{n}", repo.short),
-                &cache,
-                &[],
-            );
-            walls.add(
-                &o.work,
-                &format!("{}/gold-repeat", repo.short),
-                started.elapsed().as_secs_f64(),
-            )?;
+            let r = walls.timed(&o.work, &format!("{walls_key}/gold-repeat"), || {
+                eval(
+                    o,
+                    &rows,
+                    "gold",
+                    &format!("data/{}/gold-repeat-{n}", repo.short),
+                    &cache,
+                    &[],
+                )
+            })?;
             repeats.push(reports(&r?));
         }
         let flaky = flaky_instances(&repeats);
@@ -357,20 +418,16 @@ pub fn run(o: &AllOptions) -> Result<()> {
         if !preds.is_empty() {
             let file = o.work.join(format!("predictions-{}.jsonl", repo.short));
             std::fs::write(&file, preds)?;
-            let started = Instant::now();
-            let r = eval(
-                o,
-                &rows,
-                &file.display().to_string(),
-                &format!("data/{}/predictions", repo.short),
-                &cache,
-                &["--rules", "swt-bench-2024"],
-            );
-            walls.add(
-                &o.work,
-                &format!("{}/predictions", repo.short),
-                started.elapsed().as_secs_f64(),
-            )?;
+            let r = walls.timed(&o.work, &format!("{walls_key}/predictions"), || {
+                eval(
+                    o,
+                    &rows,
+                    &file.display().to_string(),
+                    &format!("data/{}/predictions", repo.short),
+                    &cache,
+                    &["--rules", "swt-bench-2024"],
+                )
+            })?;
             match r {
                 Ok(r) => pred_reports = reports(&r),
                 Err(e) => {
@@ -394,8 +451,9 @@ pub fn run(o: &AllOptions) -> Result<()> {
         }
         if let Some(dir) = &o.record {
             std::fs::create_dir_all(dir)?;
-            let text: String = records.iter().map(|r| format!("{r}\n")).collect();
-            std::fs::write(dir.join(format!("slice-{}.jsonl", repo.short)), text)?;
+            let file = dir.join(format!("slice-{}.jsonl", repo.short));
+            let earlier = std::fs::read_to_string(&file).unwrap_or_default();
+            std::fs::write(&file, merged_records(&earlier, &records))?;
         }
         let figures = repo_figures(&records, &gold_reports);
         row.as_object_mut()
@@ -405,7 +463,7 @@ pub fn run(o: &AllOptions) -> Result<()> {
         row["wall_s"] = walls
             .0
             .iter()
-            .filter(|(k, _)| k.starts_with(&format!("{}/", repo.short)))
+            .filter(|(k, _)| k.starts_with(&format!("{walls_key}/")))
             .map(|(_, v)| *v)
             .sum::<f64>()
             .into();
@@ -643,5 +701,46 @@ mod tests {
             table.contains("| r/r | 2/3 | 1/2 | 2.0 min | 1.0 min | 0.50 | 2.00 GB | r-2 |"),
             "{table}"
         );
+    }
+
+    #[test]
+    fn a_partial_run_replaces_its_instances_records_and_keeps_the_others() {
+        let earlier = "{\"instance_id\":\"a-1\",\"gold_resolved\":false}\n{\"instance_id\":\"a-3\",\"gold_resolved\":true}\n";
+        let new = [
+            json!({"instance_id": "a-2", "gold_resolved": true}),
+            json!({"instance_id": "a-1", "gold_resolved": true}),
+        ];
+        let merged: Vec<Value> = merged_records(earlier, &new)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let ids: Vec<&str> = merged
+            .iter()
+            .map(|r| r["instance_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["a-1", "a-2", "a-3"]);
+        assert_eq!(merged[0]["gold_resolved"], true);
+        assert_eq!(merged[2]["gold_resolved"], true);
+    }
+
+    #[test]
+    fn instance_ids_narrow_the_rows_and_an_unknown_id_is_refused() {
+        let repo = |short: &str, ids: &[&str]| Repo {
+            short: short.into(),
+            name: format!("{short}/{short}"),
+            tarball: PathBuf::new(),
+            rows: ids
+                .iter()
+                .map(|i| json!({"instance_id": i}).to_string())
+                .collect(),
+        };
+        let repos = || vec![repo("a", &["a-1", "a-2"]), repo("b", &["b-1"])];
+        let only = only_instances(repos(), &BTreeSet::from(["a-2".to_string()])).unwrap();
+        assert_eq!(only.len(), 1);
+        assert_eq!(only[0].rows.len(), 1);
+        assert!(only[0].rows[0].contains("a-2"));
+        assert_eq!(only_instances(repos(), &BTreeSet::new()).unwrap().len(), 2);
+        let err = only_instances(repos(), &BTreeSet::from(["c-9".to_string()])).unwrap_err();
+        assert!(format!("{err}").contains("c-9"));
     }
 }

@@ -304,12 +304,14 @@ impl SwtExecutor {
         let mirror = self.repos.join(mirror_name(&inst.repo));
         // Conda packages of the environment file that pip cannot give (named in the report).
         let mut conda_left_out = Vec::new();
+        // Requirement and environment files are read where SWT-bench reads them: at the
+        // environment-setup commit (the base commit when a row has none).
+        let commit = if inst.environment_setup_commit.is_empty() {
+            &inst.base_commit
+        } else {
+            &inst.environment_setup_commit
+        };
         let requirements = if !payload.env.conda_env_files.is_empty() {
-            let commit = if inst.environment_setup_commit.is_empty() {
-                &inst.base_commit
-            } else {
-                &inst.environment_setup_commit
-            };
             let Some(yml) = payload
                 .env
                 .conda_env_files
@@ -338,11 +340,6 @@ impl SwtExecutor {
         } else if payload.env.requirements_files.is_empty() {
             None
         } else {
-            let commit = if inst.environment_setup_commit.is_empty() {
-                &inst.base_commit
-            } else {
-                &inst.environment_setup_commit
-            };
             match mirror::requirements_at(&mirror, commit, &payload.env.requirements_files) {
                 Ok(text) => Some(text),
                 Err(e) => {

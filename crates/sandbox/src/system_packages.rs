@@ -56,12 +56,15 @@ pub struct DpkgQueryError {
     pub error: std::io::Error,
 }
 
-/// This host can say which Debian packages it has (dpkg-query runs).
+/// This host can say which Debian packages it has (dpkg-query runs; asked once per process).
 pub fn dpkg_available() -> bool {
-    std::process::Command::new("dpkg-query")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        std::process::Command::new("dpkg-query")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
 }
 
 /// The packages of `packages` that dpkg does not list as installed on this host; an error when

@@ -36,6 +36,10 @@ pub struct ProcessSandbox {
     isolation_problem: Option<String>,
     /// Run executions that cannot be isolated anyway (`--allow-unisolated-process`).
     allow_unisolated: bool,
+    /// System packages and locales found on the host (`pkg:NAME`, `locale:NAME`), so that
+    /// dpkg-query and `locale -a` are asked once; one found missing is asked again, since the
+    /// user may install it after reading the error.
+    on_host: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// A command the process sandbox runs on the host failed.
@@ -112,6 +116,7 @@ impl ProcessSandbox {
             bwrap,
             isolation_problem,
             allow_unisolated: false,
+            on_host: Mutex::new(Default::default()),
         }
     }
 
@@ -555,24 +560,65 @@ fn prepare_checkout(
     Ok(dir)
 }
 
-/// The system packages the recipe's build needs (a C compiler, ...) are on the host; they are
-/// never installed on it. A host dpkg cannot be asked about is not checked: the build then
-/// fails with its own message if one is missing.
-fn build_packages_on_host(recipe: &EnvRecipe) -> Result<(), SandboxError> {
-    if recipe.system_packages.is_empty() || !system_packages::dpkg_available() {
-        return Ok(());
+impl ProcessSandbox {
+    /// Those of `wanted` (named `KIND:NAME` in the memo) that `missing` reports absent; present
+    /// ones are remembered.
+    fn missing_on_host<E>(
+        &self,
+        kind: &str,
+        wanted: &[String],
+        missing: impl FnOnce(&[String]) -> Result<Vec<String>, E>,
+    ) -> Result<Vec<String>, E> {
+        let key = |w: &String| format!("{kind}:{w}");
+        let unknown: Vec<String> = {
+            let memo = self.on_host.lock().expect("memo lock");
+            wanted
+                .iter()
+                .filter(|w| !memo.contains(&key(w)))
+                .cloned()
+                .collect()
+        };
+        if unknown.is_empty() {
+            return Ok(Vec::new());
+        }
+        let absent = missing(&unknown)?;
+        let mut memo = self.on_host.lock().expect("memo lock");
+        memo.extend(unknown.iter().filter(|u| !absent.contains(u)).map(key));
+        Ok(absent)
     }
-    let missing = system_packages::missing_on_host(&recipe.system_packages)
-        .map_err(|e| SandboxError::Infra(e.to_string()))?;
-    if missing.is_empty() {
-        return Ok(());
+
+    /// The recipe's locales the host lacks.
+    fn locales_missing(&self, recipe: &EnvRecipe) -> Vec<String> {
+        self.missing_on_host::<std::convert::Infallible>("locale", &recipe.locales, |w| {
+            Ok(crate::locales::missing_on_host(w))
+        })
+        .unwrap_or_else(|e| match e {})
     }
-    Err(SandboxError::BadInput(format!(
-        "building {}'s environment needs system packages that SWT-bench's base image has and this host lacks: {}; the process executor never changes this host's packages: install them (`apt-get install -y {}`), or use the docker executor, whose base image has them",
-        recipe.repo,
-        missing.join(" "),
-        missing.join(" ")
-    )))
+
+    /// The system packages the recipe's build needs (a C compiler, ...) are on the host; they
+    /// are never installed on it. A host dpkg cannot be asked about is not checked: the build
+    /// then fails with its own message if one is missing.
+    fn build_packages_on_host(&self, recipe: &EnvRecipe) -> Result<(), SandboxError> {
+        if recipe.system_packages.is_empty() || !system_packages::dpkg_available() {
+            return Ok(());
+        }
+        let missing = self
+            .missing_on_host(
+                "pkg",
+                &recipe.system_packages,
+                system_packages::missing_on_host,
+            )
+            .map_err(|e| SandboxError::Infra(e.to_string()))?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(SandboxError::BadInput(format!(
+            "building {}'s environment needs system packages that SWT-bench's base image has and this host lacks: {}; the process executor never changes this host's packages: install them (`apt-get install -y {}`), or use the docker executor, whose base image has them",
+            recipe.repo,
+            missing.join(" "),
+            missing.join(" ")
+        )))
+    }
 }
 
 /// `cmd` without its system package steps, which would change the host's packages: they are
@@ -618,7 +664,7 @@ impl Sandbox for ProcessSandbox {
     }
 
     fn environment_notes(&self, recipe: &EnvRecipe) -> Vec<String> {
-        let missing = crate::locales::missing_on_host(&recipe.locales);
+        let missing = self.locales_missing(recipe);
         if missing.is_empty() {
             return Vec::new();
         }
@@ -631,7 +677,7 @@ impl Sandbox for ProcessSandbox {
     fn prepare(&self, recipe: &EnvRecipe) -> BoxFuture<Result<Prepared, SandboxError>> {
         let cache = self.cache_dir.clone();
         let recipe = recipe.clone();
-        if let Err(e) = build_packages_on_host(&recipe) {
+        if let Err(e) = self.build_packages_on_host(&recipe) {
             return Box::pin(async move { Err(e) });
         }
         let lock = self.lock_for(&recipe.instance_key());
