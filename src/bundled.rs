@@ -47,6 +47,11 @@ fn cache_root() -> PathBuf {
         .join("reprobench")
 }
 
+/// The built-in datasets' files: (path under `datasets/`, contents).
+pub fn files() -> &'static [(&'static str, &'static [u8])] {
+    files::FILES
+}
+
 /// Unpacks the built-in datasets (once per content) and returns their directory.
 pub fn unpack() -> std::io::Result<PathBuf> {
     let dir = cache_root().join(format!("datasets-{}", files::HASH));

@@ -29,7 +29,7 @@ pub struct EvalArgs {
     /// Predictions (SWT-bench JSONL/JSON: instance_id, model_name_or_path, model_patch), or `gold`, or `issue-snippet`.
     #[arg(long, value_name = "FILE|gold|issue-snippet")]
     predictions: String,
-    /// Agent name in the results [default: the predictions' model_name_or_path, or gold/issue-snippet].
+    /// Agent name in the results [default: the predictions' model_name_or_path with `/` as `__`, or gold/issue-snippet].
     #[arg(long, value_name = "NAME")]
     agent: Option<String>,
     /// Evaluate only these instances (repeatable).
@@ -313,6 +313,9 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
                         .iter()
                         .map(|p| p.model_name_or_path.clone())
                         .find(|m| !m.is_empty())
+                        // The agent name is a directory name; SWT-bench names the model's log
+                        // directory the same way.
+                        .map(|m| m.replace('/', "__"))
                 })
                 .unwrap_or_else(|| "predictions".into());
             let text: String = preds

@@ -162,6 +162,25 @@ pub struct SwtNodeArgs {
     /// of the harness hidden from them, and every report says they ran unisolated.
     #[arg(long)]
     allow_unisolated_process: bool,
+    /// Run agents a sweep supplies as a command or an image (`[[agents]] command`/`image`).
+    /// They run with this node's network and environment, so only allow them where everyone
+    /// who can submit a sweep may run code here. Off, such tasks end with an error saying so.
+    #[arg(long)]
+    allow_agent_commands: bool,
+    /// Run an environment's own `pre_install`/`install`/`eval_commands` when they are not those
+    /// of SWT-bench's specs or reprobench's datasets (on process nodes they run outside the
+    /// sandbox). Off, such tasks end with an error saying so.
+    #[arg(long)]
+    allow_env_commands: bool,
+    /// An environment variable a sweep's backbone may read its API key from (`api_key_env`);
+    /// repeat for more. A sweep can make the node send an allowed key to the URL it names, so
+    /// declare only keys meant for such use. None by default.
+    #[arg(long = "allow-key-env", value_name = "VAR")]
+    allow_key_envs: Vec<String>,
+    /// A host a backbone may reach over plain http:// besides this machine (https:// may name
+    /// any host); repeat for more.
+    #[arg(long = "allow-http-host", value_name = "HOST")]
+    allow_http_hosts: Vec<String>,
 }
 
 impl SwtNodeArgs {
@@ -206,6 +225,13 @@ impl SwtNodeArgs {
         s.cache_dir = Self::absolute(s.cache_dir);
         s.artifacts = Self::absolute(s.artifacts);
         s.allow_unisolated_process = self.allow_unisolated_process;
+        s.code = reprobench_agent_node::runtime::CodePolicy {
+            agent_commands: self.allow_agent_commands,
+            env_commands: self.allow_env_commands,
+            key_envs: Some(self.allow_key_envs.clone()),
+            http_hosts: self.allow_http_hosts.clone(),
+            ..Default::default()
+        };
         s.emulator = self.avd.as_ref().map(|avd| {
             use reprobench_android::emulator::EmulatorSettings;
             let mut e = EmulatorSettings::new(
@@ -230,10 +256,18 @@ impl SwtNodeArgs {
         s
     }
 
-    /// The same settings as `reprobench node` arguments, for local nodes: one typed value
+    /// The settings of a local node (of `run`, `eval`, `quickstart`): these, with the sweep's
+    /// own code and keys allowed, since the one who submits is the one whose machine it is.
+    pub fn local_settings(&self) -> reprobench_agent_node::runtime::SwtSettings {
+        let mut s = self.settings();
+        s.code = reprobench_agent_node::runtime::CodePolicy::own_user();
+        s
+    }
+
+    /// [`Self::local_settings`] as `reprobench node` arguments: one typed value
     /// (`--settings-json`, paths absolute), so a node flag is defined in this struct only.
     pub fn node_args(&self) -> Vec<String> {
-        let settings = serde_json::to_string(&self.settings())
+        let settings = serde_json::to_string(&self.local_settings())
             .expect("node settings are paths, numbers and strings");
         vec!["--settings-json".into(), settings]
     }
@@ -788,6 +822,10 @@ async fn node(a: NodeArgs) -> Result<()> {
         running_count: None,
     };
     let mut cfg = cfg;
+    // What this binary ships is what counts as reprobench's own environments.
+    cfg.swt.code.shipped_envs = std::sync::Arc::new(reprobench_domain::swt::shipped_env_commands(
+        crate::bundled::files().iter().copied(),
+    ));
     if a.kubernetes {
         let var = |name: &str| {
             std::env::var(name).map_err(|_| {
@@ -1017,8 +1055,26 @@ mod tests {
                 |s: &reprobench_agent_node::runtime::SwtSettings| serde_json::to_value(s).unwrap();
             let got: reprobench_agent_node::runtime::SwtSettings =
                 serde_json::from_str(child.settings_json.as_deref().unwrap()).unwrap();
-            assert_eq!(json(&got), json(&parent.swt.settings()));
+            assert_eq!(json(&got), json(&parent.swt.local_settings()));
         }
+        let strict = node_command(&[]).unwrap().swt.settings().code;
+        assert!(!strict.agent_commands && !strict.env_commands);
+        assert_eq!(strict.key_envs, Some(vec![]));
+        let allowing = node_command(&[
+            "--allow-agent-commands",
+            "--allow-env-commands",
+            "--allow-key-env",
+            "OPENAI_API_KEY",
+            "--allow-http-host",
+            "vllm",
+        ])
+        .unwrap()
+        .swt
+        .settings()
+        .code;
+        assert!(allowing.agent_commands && allowing.env_commands);
+        assert_eq!(allowing.key_envs, Some(vec!["OPENAI_API_KEY".to_string()]));
+        assert_eq!(allowing.http_hosts, ["vllm"]);
         let parent = node_command(&flags).unwrap().swt.settings();
         assert_eq!(parent.docker.disk_budget_bytes, 3 << 30);
         assert!(parent.repos.is_absolute() && parent.repos.ends_with("mirrors"));

@@ -6,7 +6,7 @@ use common::{Cluster, poll};
 use reprobench_proto::auth::TokenInterceptor;
 use reprobench_proto::v1::node_service_client::NodeServiceClient;
 use reprobench_proto::v1::run_service_client::RunServiceClient;
-use reprobench_proto::v1::{ListRunsRequest, RegisterRequest, SlotCount};
+use reprobench_proto::v1::{ListRunsRequest, RegisterRequest, SlotCount, SubmitRunRequest};
 use std::time::Duration;
 use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
@@ -110,6 +110,63 @@ fn a_protocol_version_mismatch_is_refused() {
     });
 }
 
+/// Names that become directories (instance ids, agent, variant and backbone names) are refused
+/// at submission, over the protocol, with the row or field and the rule; no run is created.
+#[test]
+fn names_that_could_escape_their_directories_are_refused() {
+    let c = Cluster::start(2_000, 200);
+    runtime().block_on(async {
+        let token = std::fs::read_to_string(c.token_file()).unwrap();
+        let ch = channel(&c.url).await;
+        let mut client =
+            RunServiceClient::new(InterceptedService::new(ch, TokenInterceptor::new(token.trim())));
+        let row = |id: &str| {
+            serde_json::json!({"instance_id": id, "repo": "o/r", "base_commit": "abc"}).to_string()
+        };
+        let swt = |agent: &str, extra: &str, id: &str| SubmitRunRequest {
+            sweep_toml: format!(
+                "name = \"s\"\ndatasets = [\"mini\"]\n[[agents]]\nname = \"{agent}\"\n{extra}"
+            ),
+            attachments: [("dataset:mini".to_string(), row(id) + "\n")].into(),
+            ..Default::default()
+        };
+        let android = SubmitRunRequest {
+            sweep_toml: "name = \"s\"\ndatasets = [\"sim\"]\n[[agents]]\nname = \"monkey\"\n"
+                .into(),
+            attachments: [(
+                "android:sim".to_string(),
+                serde_json::json!({"instance_id": "/abs", "app": "a", "bug_type": "crash"})
+                    .to_string(),
+            )]
+            .into(),
+            ..Default::default()
+        };
+        let cases = [
+            (swt("gold", "", "../../escape"), "`../../escape`"),
+            (swt("gold", "", ".hidden"), "`.hidden`"),
+            (swt("gold", "", "a\u{0}b"), "instance_id"),
+            (swt("../gold", "", "ok-1"), "agent name"),
+            (swt("gold", "variants = [\"a/b\"]", "ok-1"), "variant"),
+            (
+                swt(
+                    "x",
+                    "[[backbones]]\nname = \"..\"\nbase_url = \"http://127.0.0.1:1/v1\"\nmodel = \"m\"",
+                    "ok-1",
+                ),
+                "backbone name",
+            ),
+            (android, "`/abs`"),
+        ];
+        for (request, named) in cases {
+            let err = client.submit_run(request).await.unwrap_err();
+            assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+            assert!(err.message().contains(named), "{named}: {}", err.message());
+        }
+        let runs = client.list_runs(ListRunsRequest {}).await.unwrap().into_inner();
+        assert!(runs.runs.is_empty(), "no run was created: {runs:?}");
+    });
+}
+
 fn register(version: u32) -> RegisterRequest {
     RegisterRequest {
         protocol_version: version,
@@ -120,6 +177,7 @@ fn register(version: u32) -> RegisterRequest {
             slots: 1,
         }],
         binary_version: "test".into(),
+        session: String::new(),
     }
 }
 
@@ -171,4 +229,128 @@ fn a_tls_cluster_runs_and_plain_clients_are_told_what_to_pass() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-ca"));
+}
+
+/// A node started without `--allow-*` flags runs no agent command and no environment command a
+/// sweep supplies, reads no key the node did not declare, and calls no plain-http host but its
+/// own; each such task ends errored, saying which flag would allow it. Over the real protocol,
+/// with a real node process that holds the canary key in its environment.
+#[test]
+fn a_node_runs_no_sweep_supplied_code_and_sends_no_undeclared_key() {
+    let mut c = Cluster::start(2_000, 200);
+    let canary_dir = tempfile::tempdir().unwrap();
+    let touched = canary_dir.path().join("pwned");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    c.start_node_with(
+        "strict",
+        "process=1",
+        &[],
+        &[("RB_CANARY_SECRET", "canary-value-that-must-stay")],
+    );
+    let touch = format!("touch {}", touched.display());
+    // A command agent, and a built-in LLM agent whose backbones want an undeclared key and a
+    // plain-http host elsewhere.
+    let hostile = format!(
+        "name = \"hostile\"\ndatasets = [\"swt-mini\"]\n[eval]\nexecutor = \"process\"\n\
+         [[agents]]\nname = \"x\"\ncommand = [\"sh\", \"-c\", \"{touch}\"]\n\
+         [[agents]]\nname = \"zero-shot-plus\"\n\
+         [[backbones]]\nname = \"keyed\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\nmodel = \"m\"\napi_key_env = \"RB_CANARY_SECRET\"\n\
+         [[backbones]]\nname = \"elsewhere\"\nbase_url = \"http://10.255.255.1:9/v1\"\nmodel = \"m\"\n"
+    );
+    // A dataset whose environment installs with a command of its own.
+    let mini = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/swt-mini");
+    let own = c.dir.path().join("mini-own-env");
+    std::fs::create_dir_all(&own).unwrap();
+    let rows = std::fs::read_to_string(mini.join("instances.jsonl")).unwrap();
+    std::fs::write(own.join("instances.jsonl"), rows.lines().next().unwrap()).unwrap();
+    let mut env: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(mini.join("env.json")).unwrap()).unwrap();
+    for versions in env.as_object_mut().unwrap().values_mut() {
+        for spec in versions.as_object_mut().unwrap().values_mut() {
+            spec["install"] = touch.clone().into();
+        }
+    }
+    std::fs::write(own.join("env.json"), env.to_string()).unwrap();
+    std::fs::write(
+        own.join("manifest.json"),
+        r#"{"name": "mini-own-env", "track": "swt", "instances": "instances.jsonl", "env": "env.json"}"#,
+    )
+    .unwrap();
+    let own_env = format!(
+        "name = \"own-env\"\ndatasets = [\"{}\"]\n[eval]\nexecutor = \"process\"\n[[agents]]\nname = \"gold\"\n",
+        own.display()
+    );
+    let mut refusals = std::collections::BTreeMap::<String, usize>::new();
+    for (name, toml) in [("hostile", hostile), ("own-env", own_env)] {
+        let run = c.submit_sweep(name, &toml);
+        let status = c.wait_finished(&run, Duration::from_secs(120));
+        let rows = c.results(&run);
+        assert!(!rows.is_empty());
+        assert_eq!(
+            status["errored"].as_u64(),
+            Some(rows.len() as u64),
+            "{status}"
+        );
+        for r in &rows {
+            let class = r["error_class"].as_str().unwrap_or_default().to_string();
+            let message = r["error_message"].as_str().unwrap_or_default();
+            let flag = match class.as_str() {
+                "not_allowed:agent_command" => "--allow-agent-commands",
+                "not_allowed:env_commands" => "--allow-env-commands",
+                "not_allowed:backbone" if r["backbone"] == "keyed" => {
+                    "--allow-key-env RB_CANARY_SECRET"
+                }
+                "not_allowed:backbone" => "--allow-http-host 10.255.255.1",
+                other => panic!("unexpected error class `{other}`: {r}"),
+            };
+            assert!(message.contains(flag), "{flag}: {message}");
+            *refusals.entry(flag.to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(refusals.len(), 4, "every way in was tried: {refusals:?}");
+    assert!(
+        !touched.exists(),
+        "a sweep-supplied command ran on the node"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the node called the sweep's backbone with an undeclared key"
+    );
+}
+
+/// A second process under the name of a connected node is refused, naming the node and its
+/// host, instead of silently taking over its stream and leases.
+#[test]
+fn a_second_node_under_a_connected_nodes_name_is_refused() {
+    let mut c = Cluster::start(2_000, 200);
+    c.start_node("twin", "synthetic=1");
+    runtime().block_on(async {
+        let token = std::fs::read_to_string(c.token_file()).unwrap();
+        let ch = channel(&c.url).await;
+        let authed = InterceptedService::new(ch, TokenInterceptor::new(token.trim()));
+        let mut runs = RunServiceClient::new(authed.clone());
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while runs
+            .list_runs(ListRunsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .live_nodes
+            == 0
+        {
+            assert!(std::time::Instant::now() < deadline, "{}", c.logs());
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        let mut req = register(reprobench_proto::PROTOCOL_VERSION);
+        req.node_id = "twin".into();
+        req.session = "another-process".into();
+        let err = NodeServiceClient::new(authed)
+            .register(req)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::AlreadyExists, "{}", err.message());
+        assert!(err.message().contains("`twin`"), "{}", err.message());
+    });
 }

@@ -188,6 +188,13 @@ def test_api_keys_come_only_from_the_secrets_named():
         env = {e["name"]: e for e in container(d["spec"]["template"]["spec"], "node")["env"]}
         assert env["OPENAI_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "openai", "key": "api-key"}
         assert "value" not in env["OPENAI_API_KEY"]
+        # The keys the chart hands a node are the only ones it lets a sweep use.
+        args = container(d["spec"]["template"]["spec"], "node")["args"]
+        assert arg_after(args, "--allow-key-env") == "OPENAI_API_KEY"
+    objects, _ = render()
+    for d in find(objects, "Deployment"):
+        args = container(d["spec"]["template"]["spec"], "node")["args"]
+        assert "--allow-key-env" not in args and "--allow-agent-commands" not in args
 
 
 def test_network_policies_admit_the_release_and_named_clients_only():

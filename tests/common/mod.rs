@@ -162,11 +162,24 @@ impl Cluster {
 
     /// Starts a node process.
     pub fn start_node(&mut self, name: &str, slots: &str) {
+        self.start_node_with(name, slots, &[], &[]);
+    }
+
+    /// Starts a node process with more arguments and environment variables.
+    pub fn start_node_with(
+        &mut self,
+        name: &str,
+        slots: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) {
         let child = Command::new(bin())
             .args(["node", "--coordinator", &self.url, "--token-file"])
             .arg(self.token_file())
             .args(["--slots", slots, "--name", name, "--drain-timeout-s", "30"])
             .args(&self.client_args)
+            .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(self.log(name))
             .stderr(self.log(name))
@@ -204,11 +217,16 @@ impl Cluster {
 
     /// Writes a sweep file and submits it detached; returns the run id.
     pub fn submit(&self, dataset: &str) -> String {
-        let sweep = self
-            .dir
-            .path()
-            .join(format!("sweep-{}.toml", dataset.replace(':', "_")));
-        std::fs::write(&sweep, format!("name = \"test\"\ndatasets = [\"{dataset}\"]\nseed = 3\n[[agents]]\nname = \"synthetic\"\n")).unwrap();
+        self.submit_sweep(
+            &format!("sweep-{}", dataset.replace(':', "_")),
+            &format!("name = \"test\"\ndatasets = [\"{dataset}\"]\nseed = 3\n[[agents]]\nname = \"synthetic\"\n"),
+        )
+    }
+
+    /// Writes `toml` to `NAME.toml` and submits it detached; returns the run id.
+    pub fn submit_sweep(&self, name: &str, toml: &str) -> String {
+        let sweep = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&sweep, toml).unwrap();
         let token = self.token_file();
         let out = self.cli(
             &[

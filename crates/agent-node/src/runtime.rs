@@ -8,7 +8,7 @@ use crate::synthetic::SyntheticExecutor;
 use reprobench_domain::kind::SlotSpec;
 use reprobench_domain::registry::ExecutorKind;
 use reprobench_executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor};
-use reprobench_gateway::{Gateway, GatewayConfig};
+use reprobench_gateway::{Gateway, GatewayConfig, UpstreamPolicy};
 use reprobench_proto::auth::{ClientError, CoordinatorAddress, error_chain};
 use reprobench_proto::v1::node_service_client::NodeServiceClient;
 use reprobench_proto::v1::{
@@ -73,6 +73,56 @@ pub struct SwtSettings {
     /// Run process executions this node cannot isolate (no network namespace, limits not
     /// set) instead of refusing them; every report then says so.
     pub allow_unisolated_process: bool,
+    /// What a sweep may make this node run besides the evaluation itself.
+    #[serde(default)]
+    pub code: CodePolicy,
+}
+
+/// What a node lets a sweep run besides the evaluation itself (`reprobench node --allow-*`).
+/// A sweep comes from whoever holds a client credential; these are the node owner's answer.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct CodePolicy {
+    /// Run sweep-supplied agents (`[[agents]] command` or `image`), which run with the node's
+    /// network and environment.
+    pub agent_commands: bool,
+    /// Run an environment's own `pre_install`/`install`/`eval_commands` when they are not
+    /// reprobench's (SWT-bench's specs and the built-in datasets' env maps, as this binary
+    /// ships them).
+    pub env_commands: bool,
+    /// Variables a backbone's `api_key_env` may name; `None`: any (local nodes of `run`,
+    /// `eval` and `quickstart`, whose sweeps come from their own user).
+    pub key_envs: Option<Vec<String>>,
+    /// Hosts a backbone's `http://` base URL may name besides loopback.
+    pub http_hosts: Vec<String>,
+    /// Command fingerprints of the environments this binary ships (`EnvSpec::commands_fingerprint`),
+    /// filled when the node starts.
+    #[serde(skip)]
+    pub shipped_envs: Arc<std::collections::BTreeSet<String>>,
+}
+
+impl Default for CodePolicy {
+    /// Nothing beyond the evaluation: no sweep-supplied agent or environment command, no key.
+    fn default() -> Self {
+        CodePolicy {
+            agent_commands: false,
+            env_commands: false,
+            key_envs: Some(Vec::new()),
+            http_hosts: Vec::new(),
+            shipped_envs: Arc::default(),
+        }
+    }
+}
+
+impl CodePolicy {
+    /// The policy of a node whose sweeps come from its own user: everything allowed.
+    pub fn own_user() -> CodePolicy {
+        CodePolicy {
+            agent_commands: true,
+            env_commands: true,
+            key_envs: None,
+            ..CodePolicy::default()
+        }
+    }
 }
 
 impl Default for SwtSettings {
@@ -89,6 +139,7 @@ impl Default for SwtSettings {
             preassess_replicas: reprobench_android::executor::DEFAULT_PREASSESS_REPLICAS,
             emulator: None,
             allow_unisolated_process: false,
+            code: CodePolicy::default(),
         }
     }
 }
@@ -121,8 +172,14 @@ async fn build_executors(
             )));
         };
         if kind.runs_agents() && gateway.is_none() {
+            let code = &cfg.swt.code;
             let config = GatewayConfig {
                 replay: cfg.swt.replay.clone(),
+                upstream_policy: code.key_envs.as_ref().map(|key_envs| UpstreamPolicy {
+                    holder: format!("node `{}`", cfg.node_id),
+                    key_envs: key_envs.clone(),
+                    http_hosts: code.http_hosts.clone(),
+                }),
                 ..GatewayConfig::default()
             };
             let g = Gateway::start(([127, 0, 0, 1], 0).into(), config)
@@ -173,7 +230,8 @@ async fn build_executors(
                     s.repos.clone(),
                     s.cache_dir.clone(),
                     s.artifacts.clone(),
-                );
+                )
+                .with_code_policy(&cfg.node_id, s.code.clone());
                 Arc::new(match &gateway {
                     Some(g) => e.with_gateway(g.clone()),
                     None => e,
@@ -188,7 +246,8 @@ async fn build_executors(
                     s.repos.clone(),
                     s.cache_dir.clone(),
                     s.artifacts.clone(),
-                );
+                )
+                .with_code_policy(&cfg.node_id, s.code.clone());
                 Arc::new(match &gateway {
                     Some(g) => e.with_gateway(g.clone()),
                     None => e,
@@ -258,6 +317,8 @@ struct Node {
     drain_deadline: Option<Instant>,
     events_tx: mpsc::UnboundedSender<Event>,
     progress_tx: mpsc::UnboundedSender<(AttemptRef, f64, String)>,
+    /// Random per process, sent at registration (see `RegisterRequest.session`).
+    session: String,
 }
 
 fn msg(body: node_message::Body) -> NodeMessage {
@@ -297,6 +358,7 @@ pub async fn run_node(
         drain_deadline: None,
         events_tx,
         progress_tx,
+        session: reprobench_domain::secret::random_hex(16),
     };
 
     let mut backoff = Duration::from_millis(100);
@@ -435,6 +497,7 @@ impl Node {
             hostname: hostname(),
             slots,
             binary_version: reprobench_proto::BINARY_VERSION.into(),
+            session: self.session.clone(),
         };
         let classify = |s: tonic::Status| match s.code() {
             Code::Unauthenticated
@@ -464,6 +527,7 @@ impl Node {
             free,
             warm_keys: self.warm.iter().cloned().collect(),
             draining: self.draining,
+            session: self.session.clone(),
         };
         let _ = out.send(msg(node_message::Body::Hello(hello)));
         let sent_at = Instant::now();
@@ -749,6 +813,9 @@ async fn run_catching_panics(
 ) -> AttemptEnd {
     let kind = exec.kind();
     let attempt = spec.attempt;
+    if let Err(message) = names_are_path_components(&spec) {
+        return reprobench_executor::error_end(FailureClass::BadInput, "unsafe_name", message);
+    }
     match tokio::spawn(async move { exec.run(spec, ctx).await }.in_current_span()).await {
         Ok(end) => end,
         Err(e) => {
@@ -764,6 +831,21 @@ async fn run_catching_panics(
             )
         }
     }
+}
+
+/// Executors join the run id, instance id, agent and variant into artifact paths: a grant whose
+/// names could leave those directories (a coordinator that did not check them) is refused here.
+/// (An empty name joins as nothing, so only names that are there are checked.)
+fn names_are_path_components(spec: &AttemptSpec) -> Result<(), String> {
+    [
+        ("run id", &spec.run_id),
+        ("instance_id", &spec.instance_id),
+        ("agent name", &spec.agent),
+        ("variant", &spec.variant),
+    ]
+    .into_iter()
+    .filter(|(_, name)| !name.is_empty())
+    .try_for_each(|(what, name)| reprobench_domain::ids::checked(what, name))
 }
 
 /// The message a panic carried (`panic!("…")` gives a `&str` or a `String`).
@@ -930,6 +1012,7 @@ mod panic_tests {
             drain_deadline: None,
             events_tx,
             progress_tx,
+            session: "s".into(),
         };
         (node, events_rx, out_rx)
     }
@@ -1054,6 +1137,44 @@ mod panic_tests {
         assert!(
             inside[0][2].1.contains(&"epoch=1".to_string()),
             "{inside:?}"
+        );
+    }
+
+    /// A grant whose instance id would leave the artifact tree (a coordinator that did not
+    /// check it) ends as bad input before the executor sees it.
+    #[tokio::test]
+    async fn a_grant_with_a_name_that_escapes_never_reaches_the_executor() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let exec = Arc::new(PanickingExecutor {
+            panics: 1,
+            calls: AtomicU32::new(0),
+            shared: calls,
+        });
+        let (mut node, mut events, _out) = node(exec.clone());
+        let Event::Inbound {
+            body: coordinator_message::Body::Grant(mut g),
+            ..
+        } = grant(3)
+        else {
+            unreachable!("a grant")
+        };
+        g.instance_id = "../../etc".into();
+        node.handle(Event::Inbound {
+            generation: 1,
+            body: coordinator_message::Body::Grant(g),
+        });
+        let done = tokio::time::timeout(Duration::from_secs(30), events.recv())
+            .await
+            .expect("the attempt ends within 30 s")
+            .expect("events open");
+        node.handle(done);
+        let o = node.outbox[&(3, 1)].outcome.clone().expect("an outcome");
+        assert_eq!(o.failure_class, FailureClass::BadInput as i32, "{o:?}");
+        assert_eq!(o.error_class, "unsafe_name");
+        assert_eq!(
+            exec.calls.load(Ordering::SeqCst),
+            0,
+            "the executor never ran"
         );
     }
 

@@ -28,6 +28,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::runtime::CodePolicy;
+
 /// Runs SWT tasks in a sandbox.
 pub struct SwtExecutor {
     sandbox: Arc<dyn Sandbox>,
@@ -35,6 +37,8 @@ pub struct SwtExecutor {
     cache: PathBuf,
     artifacts: PathBuf,
     gateway: Option<Gateway>,
+    /// The node's name and what it lets a sweep run (see [`CodePolicy`]).
+    code: (String, CodePolicy),
 }
 
 impl SwtExecutor {
@@ -52,7 +56,49 @@ impl SwtExecutor {
             cache,
             artifacts,
             gateway: None,
+            code: ("this node".into(), CodePolicy::own_user()),
         }
+    }
+
+    /// The same executor under node `node`'s policy on sweep-supplied code.
+    pub fn with_code_policy(mut self, node: &str, policy: CodePolicy) -> SwtExecutor {
+        self.code = (format!("node `{node}`"), policy);
+        self
+    }
+
+    /// Why this node refuses to run `payload`'s sweep-supplied code, naming the flag that would
+    /// allow it.
+    fn refusal(&self, payload: &SwtPayload) -> Option<(&'static str, String)> {
+        let (node, policy) = &self.code;
+        if let SwtAgent::External { name, .. } = &payload.agent
+            && !policy.agent_commands
+        {
+            return Some((
+                "not_allowed:agent_command",
+                format!(
+                    "agent `{name}` is a command or image the sweep supplies, and {node} runs none: start it with --allow-agent-commands to run them (with the node's network and environment)"
+                ),
+            ));
+        }
+        if let SwtAgent::Llm { backbone, .. } | SwtAgent::External { backbone, .. } = &payload.agent
+            && let Some(why) = self.gateway.as_ref().and_then(|g| g.refusal(backbone))
+        {
+            return Some(("not_allowed:backbone", why));
+        }
+        let env = &payload.env;
+        if !policy.env_commands
+            && env.has_commands()
+            && !policy.shipped_envs.contains(&env.commands_fingerprint())
+        {
+            return Some((
+                "not_allowed:env_commands",
+                format!(
+                    "the environment of {} runs commands of its own (pre_install/install/eval_commands) that are not those of SWT-bench's specs or reprobench's datasets, and {node} runs none: start it with --allow-env-commands to run them",
+                    payload.instance.instance_id
+                ),
+            ));
+        }
+        None
     }
 
     /// The same executor with LLM agents enabled through `gateway`.
@@ -282,6 +328,9 @@ impl SwtExecutor {
                 ));
             }
         };
+        if let Some((class, why)) = self.refusal(&payload) {
+            return outcome_error(FailureClass::BadInput, class, why);
+        }
         let inst = &payload.instance;
         let Some(family) = parser_for(&inst.repo, &payload.env.log_parser) else {
             return outcome_error(
@@ -875,6 +924,7 @@ impl Executor for SwtExecutor {
             cache: self.cache.clone(),
             artifacts: self.artifacts.clone(),
             gateway: self.gateway.clone(),
+            code: self.code.clone(),
         };
         Box::pin(async move { this.evaluate(spec, ctx).await })
     }

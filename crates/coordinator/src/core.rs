@@ -502,6 +502,7 @@ mod tests {
                 hostname: "h".into(),
                 slots: slots(registered),
                 binary_version: "t".into(),
+                session: String::new(),
             };
             ask(&core, |reply| Command::Register { req, reply }).unwrap();
             let (tx, out) = mpsc::unbounded_channel();

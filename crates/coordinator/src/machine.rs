@@ -295,6 +295,10 @@ struct NodeMem {
     draining: bool,
     credits: HashMap<String, u32>,
     in_sched: bool,
+    /// The registered process's session and host (a second process under this name is refused
+    /// while this one is connected).
+    session: String,
+    hostname: String,
 }
 
 /// The coordinator's state: tasks, runs, nodes, leases and the scheduler, in memory.
@@ -531,6 +535,8 @@ impl Machine {
             draining: false,
             credits: HashMap::new(),
             in_sched: false,
+            session: String::new(),
+            hostname: String::new(),
         });
         self.node_index.insert(id.to_string(), i);
         i
@@ -678,6 +684,9 @@ impl Machine {
                 req.node_id
             )));
         }
+        if let Some(&n) = self.node_index.get(&req.node_id) {
+            self.refuse_a_twin(n, &req.session)?;
+        }
         let slots: Vec<(String, u32)> = req
             .slots
             .iter()
@@ -695,6 +704,8 @@ impl Machine {
             at_ms: self.now.wall_ms,
         });
         let n = self.node_idx(&req.node_id);
+        self.nodes[n as usize].session = req.session.clone();
+        self.nodes[n as usize].hostname = req.hostname.clone();
         if self.nodes[n as usize].slots != slots {
             self.leave_sched(n);
             self.nodes[n as usize].slots = slots;
@@ -708,6 +719,19 @@ impl Machine {
         })
     }
 
+    /// Refuses a process of another session under the name of node `n` while `n` is connected:
+    /// two processes under one name would replace each other's stream and leases.
+    fn refuse_a_twin(&self, n: NodeIdx, session: &str) -> Result<(), Status> {
+        let node = &self.nodes[n as usize];
+        if node.conn.is_some() && !session.is_empty() && node.session != session {
+            return Err(Status::already_exists(format!(
+                "a node named `{}` is already connected (host `{}`); give this node another --name, or stop that one first (a stopped node's name is free as soon as its stream closes)",
+                node.id, node.hostname
+            )));
+        }
+        Ok(())
+    }
+
     fn connect(&mut self, node_id: String, conn: ConnId, hello: Hello) -> Result<(), Status> {
         let Some(&n) = self
             .node_index
@@ -718,6 +742,12 @@ impl Machine {
                 "node `{node_id}` opened a Work stream without registering; call Register first"
             )));
         };
+        self.refuse_a_twin(n, &hello.session)?;
+        if !hello.session.is_empty() && self.nodes[n as usize].session != hello.session {
+            return Err(Status::failed_precondition(format!(
+                "node `{node_id}` opened a Work stream under another session than it registered with; call Register first"
+            )));
+        }
         {
             let now = self.now.at;
             let node = &mut self.nodes[n as usize];
@@ -1488,6 +1518,7 @@ mod tests {
             hostname: "h".into(),
             slots: slots("synthetic", 4),
             binary_version: "t".into(),
+            session: String::new(),
         };
         let fx = m.step(Input::Register(req), t);
         assert!(matches!(fx.answer, Some(Answer::Register(Ok(_)))));

@@ -115,6 +115,10 @@ fn expand_android(
         .map(serde_json::from_str)
         .collect::<Result<_, _>>()
         .map_err(|e| ExpandError(format!("attached rows of `{dataset}` are invalid: {e}")))?;
+    for (i, row) in rows.iter().enumerate() {
+        reprobench_domain::ids::checked("instance_id", &row.instance_id)
+            .map_err(|e| ExpandError(format!("attached row {} of `{dataset}`: {e}", i + 1)))?;
+    }
     for agent in &spec.agents {
         let builtin = registry::agent(Track::Android, &agent.name).ok_or_else(|| {
             ExpandError(format!(

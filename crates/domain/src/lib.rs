@@ -4,6 +4,7 @@
 
 pub mod android;
 pub mod grading;
+pub mod ids;
 pub mod kind;
 pub mod registry;
 pub mod results;

@@ -245,6 +245,11 @@ impl SweepSpec {
             return bad("`max_attempts` must be at least 1".into());
         }
         for a in &self.agents {
+            crate::ids::checked("agent name", &a.name).map_err(SweepError::Invalid)?;
+            for v in &a.variants {
+                crate::ids::checked(&format!("agent `{}`: variant", a.name), v)
+                    .map_err(SweepError::Invalid)?;
+            }
             if a.variants.is_empty() {
                 return bad(format!(
                     "agent `{}` lists no variants; omit `variants` for [\"full\"]",
@@ -266,6 +271,7 @@ impl SweepSpec {
         }
         let mut names = std::collections::BTreeSet::new();
         for b in &self.backbones {
+            crate::ids::checked("backbone name", &b.name).map_err(SweepError::Invalid)?;
             if !names.insert(&b.name) {
                 return bad(format!("backbone name `{}` appears twice", b.name));
             }

