@@ -1038,7 +1038,17 @@ mod panic_tests {
         events: &mut mpsc::UnboundedReceiver<Event>,
         task_id: u64,
     ) -> AttemptResult {
-        node.handle(grant(task_id));
+        run_granted(node, events, grant(task_id), task_id).await
+    }
+
+    /// Hands the node `granted` (a grant of `task_id`) and runs it to its end.
+    async fn run_granted(
+        node: &mut Node,
+        events: &mut mpsc::UnboundedReceiver<Event>,
+        granted: Event,
+        task_id: u64,
+    ) -> AttemptResult {
+        node.handle(granted);
         assert_eq!(node.free["synthetic"], 0, "the grant takes the slot");
         let done = tokio::time::timeout(Duration::from_secs(30), events.recv())
             .await
@@ -1159,16 +1169,12 @@ mod panic_tests {
             unreachable!("a grant")
         };
         g.instance_id = "../../etc".into();
-        node.handle(Event::Inbound {
+        let granted = Event::Inbound {
             generation: 1,
             body: coordinator_message::Body::Grant(g),
-        });
-        let done = tokio::time::timeout(Duration::from_secs(30), events.recv())
-            .await
-            .expect("the attempt ends within 30 s")
-            .expect("events open");
-        node.handle(done);
-        let o = node.outbox[&(3, 1)].outcome.clone().expect("an outcome");
+        };
+        let result = run_granted(&mut node, &mut events, granted, 3).await;
+        let o = result.outcome.expect("an outcome");
         assert_eq!(o.failure_class, FailureClass::BadInput as i32, "{o:?}");
         assert_eq!(o.error_class, "unsafe_name");
         assert_eq!(

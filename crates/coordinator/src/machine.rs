@@ -720,7 +720,8 @@ impl Machine {
     }
 
     /// Refuses a process of another session under the name of node `n` while `n` is connected:
-    /// two processes under one name would replace each other's stream and leases.
+    /// two processes under one name would replace each other's stream and leases. (A Work stream
+    /// must come with the session that registered last, so Register is where this is checked.)
     fn refuse_a_twin(&self, n: NodeIdx, session: &str) -> Result<(), Status> {
         let node = &self.nodes[n as usize];
         if node.conn.is_some() && !session.is_empty() && node.session != session {
@@ -742,7 +743,6 @@ impl Machine {
                 "node `{node_id}` opened a Work stream without registering; call Register first"
             )));
         };
-        self.refuse_a_twin(n, &hello.session)?;
         if !hello.session.is_empty() && self.nodes[n as usize].session != hello.session {
             return Err(Status::failed_precondition(format!(
                 "node `{node_id}` opened a Work stream under another session than it registered with; call Register first"

@@ -164,9 +164,7 @@ impl EnvSpec {
         }
         env_key(&self.python, &packages)
     }
-}
 
-impl EnvSpec {
     /// The commands this environment runs through a shell while it is built and before tests
     /// (`pre_install`, `install`, `eval_commands`), as one comparable string: what a node compares
     /// with reprobench's own environments before running them (see [`shipped_env_commands`]).

@@ -57,7 +57,7 @@ pub struct GatewayConfig {
 /// The environment variables a sweep's backbones may read their key from, and the hosts they may
 /// reach over plain http (besides this machine). Any https:// host may be named: the key goes
 /// to it encrypted, and only keys the node declared can be sent at all.
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone)]
 pub struct UpstreamPolicy {
     /// Who enforces it, for the messages (the node's name).
     pub holder: String,
@@ -75,7 +75,7 @@ impl UpstreamPolicy {
             && !self.key_envs.iter().any(|k| k == var)
         {
             return Some(format!(
-                "backbone `{}` reads its API key from ${var}, which `{holder}` does not let sweeps read: start it with --allow-key-env {var} (a sweep may send a backbone only the keys its node declares)",
+                "backbone `{}` reads its API key from ${var}, which {holder} does not let sweeps read: start it with --allow-key-env {var} (a sweep may send a backbone only the keys its node declares)",
                 backbone.name
             ));
         }
@@ -88,7 +88,7 @@ impl UpstreamPolicy {
             return None;
         }
         Some(format!(
-            "backbone `{}` has base_url `{}`: plain http:// to `{host}` would carry requests (and any key) unencrypted; use https://, or start `{holder}` with --allow-http-host {host}",
+            "backbone `{}` has base_url `{}`: plain http:// to `{host}` would carry requests (and any key) unencrypted; use https://, or start {holder} with --allow-http-host {host}",
             backbone.name, backbone.base_url
         ))
     }
@@ -322,6 +322,14 @@ impl Shared {
         Ok(task)
     }
 
+    /// Why the upstream policy refuses `backbone` (never while replaying: nothing is called).
+    fn refusal(&self, backbone: &BackboneSpec) -> Option<String> {
+        if self.is_replay() {
+            return None;
+        }
+        self.config.upstream_policy.as_ref()?.refusal(backbone)
+    }
+
     fn upstream_for(&self, backbone: &BackboneSpec) -> Result<Arc<Upstream>, GatewayError> {
         if !(backbone.base_url.starts_with("http://") || backbone.base_url.starts_with("https://"))
         {
@@ -330,10 +338,7 @@ impl Shared {
                 backbone.name, backbone.base_url
             )));
         }
-        if let Some(policy) = &self.config.upstream_policy
-            && !self.is_replay()
-            && let Some(why) = policy.refusal(backbone)
-        {
+        if let Some(why) = self.refusal(backbone) {
             return Err(GatewayError::NotAllowed(why));
         }
         let key = upstream_key(backbone);
@@ -513,11 +518,7 @@ impl Gateway {
     /// Why this gateway would refuse to call `backbone` (its [`UpstreamPolicy`]), before any
     /// task is opened; `None` when it would call it (or only replays).
     pub fn refusal(&self, backbone: &BackboneSpec) -> Option<String> {
-        let shared = &self.inner.shared;
-        if shared.is_replay() {
-            return None;
-        }
-        shared.config.upstream_policy.as_ref()?.refusal(backbone)
+        self.inner.shared.refusal(backbone)
     }
 
     /// The OpenAI base URL agents use, `http://IP:PORT/v1`.
