@@ -25,6 +25,18 @@ pub struct GatewayArgs {
     /// backbone: a replay, and every answer says so.
     #[arg(long, value_name = "PATH")]
     replay: Option<PathBuf>,
+    /// Open a task for this client at start and print `NAME KEY` on stdout: the key it sends as
+    /// its bearer token, charged and budgeted as its own task (repeat for each client).
+    #[arg(long = "client", value_name = "NAME")]
+    clients: Vec<String>,
+    /// Let any bearer string in: each new one becomes a task of its own with a fresh budget.
+    /// Anyone who reaches the gateway can then spend the backbone's key: for a trusted machine.
+    #[arg(long)]
+    open: bool,
+    /// Environment variable holding a key that lets other machines read /v1/usage and /metrics
+    /// (without it they answer this machine's clients only).
+    #[arg(long, value_name = "VAR")]
+    stats_key_env: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -58,20 +70,43 @@ fn read_backbone_file(path: &PathBuf) -> Result<(BackboneSpec, Option<Budget>)> 
 /// Runs the standalone gateway until Ctrl-C, then prints the totals.
 pub async fn gateway(a: GatewayArgs) -> Result<()> {
     let (backbone, budget) = read_backbone_file(&a.backbone)?;
+    if a.clients.is_empty() && !a.open {
+        bail!(
+            "the gateway needs to know its clients: give --client NAME for each (their keys are printed at start), or --open to let any bearer string in as its own client (for a trusted machine only: anyone who reaches the gateway can then spend the backbone's key)"
+        );
+    }
+    for name in &a.clients {
+        reprobench_domain::ids::check_name(name)
+            .map_err(|rule| anyhow::anyhow!("--client {name:?}: {rule}"))?;
+    }
+    let stats_key = match &a.stats_key_env {
+        Some(var) => Some(std::env::var(var).ok().filter(|v| !v.is_empty()).with_context(|| {
+            format!("--stats-key-env {var}: ${var} is not set (or empty) in the gateway's environment")
+        })?),
+        None => None,
+    };
+    let task_budget = budget
+        .as_ref()
+        .map(reprobench_agents::run::task_budget)
+        .unwrap_or_default();
     let config = GatewayConfig {
         transcripts: a.transcripts.clone(),
         replay: a.replay.clone(),
-        open: true,
+        open: a.open,
+        stats_key,
         default_backbone: Some(backbone.clone()),
-        default_budget: budget
-            .as_ref()
-            .map(reprobench_agents::run::task_budget)
-            .unwrap_or_default(),
+        default_budget: task_budget.clone(),
         ..GatewayConfig::default()
     };
     let gw = Gateway::start(a.listen, config)
         .await
         .with_context(|| format!("cannot start the gateway on {}", a.listen))?;
+    for name in &a.clients {
+        let key = gw
+            .open_task(name, &backbone, task_budget.clone(), None)
+            .with_context(|| format!("cannot open the task of client {name}"))?;
+        println!("{name} {key}");
+    }
     // Registered before the address is printed, so a client that stops us right away is heard.
     use tokio::signal::unix::{SignalKind, signal};
     let mut interrupt = signal(SignalKind::interrupt())?;
@@ -94,8 +129,13 @@ pub async fn gateway(a: GatewayArgs) -> Result<()> {
             backbone.base_url
         );
     }
+    let keys = if a.open {
+        "<any string; usage is charged per key>"
+    } else {
+        "<the key printed for the client>"
+    };
     eprintln!(
-        "clients: OPENAI_BASE_URL={} OPENAI_API_KEY=<any name; usage is charged per key>; usage at {}/usage, metrics at http://{}/metrics",
+        "clients: OPENAI_BASE_URL={} OPENAI_API_KEY={keys}; usage at {}/usage, metrics at http://{}/metrics",
         gw.base_url(),
         gw.base_url(),
         gw.local_addr()

@@ -61,6 +61,7 @@ impl LocalCluster {
             token_file: None,
             tls: None,
             core,
+            credential_files: Vec::new(),
         };
         let coordinator = reprobench_coordinator::start(cfg)
             .await

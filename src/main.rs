@@ -4,6 +4,7 @@
 mod bench;
 mod bundled;
 mod client;
+mod credential_cmd;
 mod datasets;
 mod eval;
 mod gateway_cmd;
@@ -81,6 +82,8 @@ enum Command {
     Review(review::ReviewArgs),
     /// The metering LLM gateway on its own: an OpenAI-compatible proxy to one backbone.
     Gateway(gateway_cmd::GatewayArgs),
+    /// Credentials of a coordinator (node, client, admin): add, list, revoke.
+    Credential(credential_cmd::CredentialArgs),
     /// Benchmarks (figures, not pass/fail).
     Bench(BenchArgs),
 }
@@ -514,6 +517,15 @@ struct ServeArgs {
     /// How long demand must stay lower before the built-in scaler removes pods.
     #[arg(long, value_name = "S", default_value_t = 300)]
     scale_down_delay_s: u64,
+    /// The most tasks one sweep may expand to (rows × variants × backbones × repeats); a larger
+    /// sweep is refused before it is expanded.
+    #[arg(long, value_name = "N", default_value_t = reprobench_coordinator::machine::DEFAULT_MAX_SWEEP_TASKS)]
+    max_sweep_tasks: u64,
+    /// A credential in a file (a mounted Secret), known while serving besides those of
+    /// DATA/credentials.json: client=FILE, admin=FILE, or node:PREFIX=FILE for a pool's nodes
+    /// (names starting with PREFIX). Repeatable.
+    #[arg(long = "credential", value_name = "ROLE=FILE")]
+    credentials: Vec<reprobench_coordinator::credentials::FileCredential>,
 }
 
 #[derive(Args)]
@@ -726,6 +738,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
             BenchWhich::Slice(b) => bench::slice(b).await?,
         },
         Command::Gateway(a) => gateway_cmd::gateway(a).await?,
+        Command::Credential(a) => credential_cmd::credential(a)?,
     }
     Ok(std::process::ExitCode::SUCCESS)
 }
@@ -740,17 +753,26 @@ async fn serve(a: ServeArgs) -> Result<()> {
             lease_ms: a.lease_ms.max(100),
             heartbeat_ms: a.heartbeat_ms.clamp(10, a.lease_ms.max(100) / 2),
             policy: reprobench_coordinator::scheduler::Policy::AffinityStealing,
+            max_sweep_tasks: a.max_sweep_tasks,
         },
+        credential_files: a.credentials,
     };
     let coordinator = reprobench_coordinator::start(cfg)
         .await
         .context("starting the coordinator")?;
     eprintln!(
-        "reprobench coordinator listening on {} (data {}, token {})",
+        "reprobench coordinator listening on {} (data {}, admin credential {})",
         coordinator.addr,
         a.data.display(),
         coordinator.token_file.display()
     );
+    if coordinator.credentials_opening == reprobench_coordinator::credentials::Opening::Upgraded {
+        eprintln!(
+            "upgraded: the join token in {} is now an admin credential (it may do everything). Give nodes node credentials and clients client credentials: `reprobench credential add --role node --node NAME --data {}` (or --role client)",
+            coordinator.token_file.display(),
+            a.data.display()
+        );
+    }
     if let Some(addr) = a.metrics_listen {
         let bound = reprobench_coordinator::metrics::serve(addr, coordinator.core())
             .await

@@ -515,6 +515,86 @@ fn http(
 }
 
 #[test]
+fn the_standalone_gateway_lets_in_only_the_clients_it_was_given_unless_told_open() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let upstream = rt.block_on(ScriptedUpstream::start(|_req: &ScriptedRequest| {
+        message("pong")
+    }));
+    let backbone = dir.path().join("backbone.toml");
+    std::fs::write(
+        &backbone,
+        format!(
+            "[[backbones]]\nname = \"scripted\"\nbase_url = \"{}\"\nmodel = \"scripted-model\"\n",
+            upstream.base_url()
+        ),
+    )
+    .unwrap();
+    // Neither clients nor --open: refused before listening, saying what to give.
+    let out = Command::new(bin())
+        .args(["gateway", "--listen", "127.0.0.1:0", "--backbone"])
+        .arg(&backbone)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--client") && err.contains("--open"), "{err}");
+    let mut child = Command::new(bin())
+        .args([
+            "gateway",
+            "--client",
+            "alice",
+            "--listen",
+            "127.0.0.1:0",
+            "--backbone",
+        ])
+        .arg(&backbone)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let (name, key) = line.trim().split_once(' ').expect("NAME KEY");
+    let (name, key) = (name.to_string(), key.to_string());
+    assert_eq!(name, "alice");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let addr = loop {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "gateway exited before listening"
+        );
+        if let Some(rest) = line.split("http://").nth(1) {
+            break rest.split('/').next().unwrap().to_string();
+        }
+    };
+    let ask = json!({"model": "anything", "messages": [{"role": "user", "content": "ping"}]});
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/v1/chat/completions",
+        Some(&key),
+        Some(&ask),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = http(
+        &addr,
+        "POST",
+        "/v1/chat/completions",
+        Some("alice"),
+        Some(&ask),
+    );
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(upstream.requests().len(), 1);
+    // SAFETY: plain syscall on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    assert!(child.wait().unwrap().success());
+}
+
+#[test]
 fn the_standalone_gateway_meters_each_client_key_and_enforces_the_budget() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
@@ -533,7 +613,7 @@ fn the_standalone_gateway_meters_each_client_key_and_enforces_the_budget() {
     .unwrap();
     let transcripts = dir.path().join("transcripts");
     let mut child = Command::new(bin())
-        .args(["gateway", "--listen", "127.0.0.1:0", "--backbone"])
+        .args(["gateway", "--open", "--listen", "127.0.0.1:0", "--backbone"])
         .arg(&backbone)
         .arg("--transcripts")
         .arg(&transcripts)

@@ -6,7 +6,9 @@ use common::{Cluster, poll};
 use reprobench_proto::auth::TokenInterceptor;
 use reprobench_proto::v1::node_service_client::NodeServiceClient;
 use reprobench_proto::v1::run_service_client::RunServiceClient;
-use reprobench_proto::v1::{ListRunsRequest, RegisterRequest, SlotCount, SubmitRunRequest};
+use reprobench_proto::v1::{
+    CancelRunRequest, ListRunsRequest, RegisterRequest, SlotCount, SubmitRunRequest,
+};
 use std::time::Duration;
 use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
@@ -353,4 +355,205 @@ fn a_second_node_under_a_connected_nodes_name_is_refused() {
         assert_eq!(err.code(), Code::AlreadyExists, "{}", err.message());
         assert!(err.message().contains("`twin`"), "{}", err.message());
     });
+}
+
+/// Makes a credential with `reprobench credential add` on the coordinator's data directory;
+/// returns its token.
+fn add_credential(c: &Cluster, args: &[&str]) -> String {
+    let data = c.data();
+    let mut all = vec!["credential", "add", "--data", data.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = c.cli(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// The id `reprobench credential list` shows for the credential labelled `label`.
+fn credential_id(c: &Cluster, label: &str) -> String {
+    let data = c.data();
+    let out = c.cli(&["credential", "list", "--data", data.to_str().unwrap()]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.ends_with(label))
+        .unwrap_or_else(|| panic!("no credential labelled {label}: {text}"));
+    line.split_whitespace().next().unwrap().to_string()
+}
+
+/// Credentials per role over the real protocol: a client credential is not a node, a node
+/// credential acts only as the node it binds and cannot use runs, a client cancels only its
+/// own runs while an admin cancels any, and a revoked credential is refused.
+#[test]
+fn each_credential_does_only_what_its_role_allows() {
+    let c = Cluster::start(2_000, 200);
+    let alice = add_credential(&c, &["--role", "client", "--label", "alice"]);
+    let bob = add_credential(&c, &["--role", "client", "--label", "bob"]);
+    let node_x = add_credential(&c, &["--role", "node", "--node", "node-x"]);
+    let admin = std::fs::read_to_string(c.token_file()).unwrap();
+    let version = reprobench_proto::PROTOCOL_VERSION;
+    let sweep = "name='t'\ndatasets=['synthetic:3:60000']\n[[agents]]\nname='synthetic'\n";
+    runtime().block_on(async {
+        let ch = channel(&c.url).await;
+        let with = |t: &str| InterceptedService::new(ch.clone(), TokenInterceptor::new(t.trim()));
+        // A client credential used as a node.
+        let err = NodeServiceClient::new(with(&alice))
+            .register(register(version))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{}", err.message());
+        assert!(err.message().contains("--role node"), "{}", err.message());
+        // A node credential acting for another node, then as itself.
+        let mut as_other = register(version);
+        as_other.node_id = "node-y".into();
+        let err = NodeServiceClient::new(with(&node_x))
+            .register(as_other)
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{}", err.message());
+        assert!(err.message().contains("node-x"), "{}", err.message());
+        let mut as_itself = register(version);
+        as_itself.node_id = "node-x".into();
+        NodeServiceClient::new(with(&node_x))
+            .register(as_itself)
+            .await
+            .unwrap();
+        // A node credential cannot submit, list or read runs.
+        let err = RunServiceClient::new(with(&node_x))
+            .list_runs(ListRunsRequest {})
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{}", err.message());
+        let submit = |token: String| {
+            async move {
+                RunServiceClient::new(with(&token))
+                    .submit_run(SubmitRunRequest {
+                        sweep_toml: sweep.into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .map(|r| r.into_inner().run_id)
+            }
+        };
+        let err = submit(node_x.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied);
+        // Alice's run: Bob may not cancel it, Alice may.
+        let run = submit(alice.clone()).await.unwrap();
+        let cancel = |token: String, run_id: String| {
+            async move {
+                RunServiceClient::new(with(&token))
+                    .cancel_run(CancelRunRequest { run_id })
+                    .await
+            }
+        };
+        let err = cancel(bob.clone(), run.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Code::PermissionDenied, "{}", err.message());
+        cancel(alice.clone(), run).await.unwrap();
+        // Bob's run: the admin may cancel it.
+        let run = submit(bob.clone()).await.unwrap();
+        cancel(admin.clone(), run).await.unwrap();
+    });
+    // Revoked: refused from then on, saying so.
+    let id = credential_id(&c, "alice");
+    let data = c.data();
+    let out = c.cli(&[
+        "credential",
+        "revoke",
+        &id,
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    runtime().block_on(async {
+        let ch = channel(&c.url).await;
+        let err = RunServiceClient::new(InterceptedService::new(ch, TokenInterceptor::new(&alice)))
+            .list_runs(ListRunsRequest {})
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{}", err.message());
+        assert!(err.message().contains("revoked"), "{}", err.message());
+    });
+}
+
+/// A node's credential revoked while it works: its stream is closed and it stops, instead of
+/// working on with a credential no longer valid.
+#[test]
+fn a_node_whose_credential_is_revoked_is_disconnected() {
+    let mut c = Cluster::start(2_000, 200);
+    let token = add_credential(&c, &["--role", "node", "--node", "node-r", "--label", "r"]);
+    let file = c.dir.path().join("node-r.token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    c.start_node_presenting("node-r", "synthetic=1", &file, &[], &[]);
+    let admin = std::fs::read_to_string(c.token_file()).unwrap();
+    let live_nodes = || {
+        runtime().block_on(async {
+            let ch = channel(&c.url).await;
+            RunServiceClient::new(InterceptedService::new(
+                ch,
+                TokenInterceptor::new(admin.trim()),
+            ))
+            .list_runs(ListRunsRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .live_nodes
+        })
+    };
+    poll(
+        Duration::from_secs(30),
+        "the node to connect",
+        || c.logs(),
+        || (live_nodes() == 1).then_some(()),
+    );
+    let id = credential_id(&c, "r");
+    let data = c.data();
+    let out = c.cli(&[
+        "credential",
+        "revoke",
+        &id,
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let logs = c.dir.path().to_path_buf();
+    let status = poll(
+        Duration::from_secs(30),
+        "the revoked node to stop",
+        || common::logs_in(&logs),
+        || c.node_mut("node-r").try_wait().unwrap(),
+    );
+    assert!(!status.success());
+}
+
+/// A data directory from before credentials: its join token keeps working, as the admin
+/// credential, and other credentials can then be made.
+#[test]
+fn a_data_directory_with_a_join_token_upgrades_to_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("token"), "a-join-token-from-before-0123456789\n").unwrap();
+    let c = Cluster::start_with(dir, 2_000, 200, vec![], vec![]);
+    assert!(data.join("credentials.json").exists());
+    runtime().block_on(async {
+        let ch = channel(&c.url).await;
+        let old = InterceptedService::new(
+            ch,
+            TokenInterceptor::new("a-join-token-from-before-0123456789"),
+        );
+        RunServiceClient::new(old.clone())
+            .list_runs(ListRunsRequest {})
+            .await
+            .unwrap();
+        NodeServiceClient::new(old)
+            .register(register(reprobench_proto::PROTOCOL_VERSION))
+            .await
+            .unwrap();
+    });
+    let client = add_credential(&c, &["--role", "client"]);
+    assert!(client.starts_with("rb-client-"));
 }

@@ -106,22 +106,53 @@ def test_the_coordinator_is_one_replica_on_a_read_write_once_volume():
 
 def test_the_token_secret_is_generated_and_kept_or_the_users():
     objects, _ = render()
-    secret = one(objects, "Secret")
+    secret = one(objects, "Secret", "rb-reprobench-token")
     assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert len(secret["data"]["token"]) > 60
-    for o in find(objects, "StatefulSet") + find(objects, "Deployment"):
-        vols = {v["name"]: v for v in o["spec"]["template"]["spec"]["volumes"]}
-        assert vols["token"]["secret"]["secretName"] == secret["metadata"]["name"]
+    # The token is the admin credential: only the coordinator mounts it.
+    sts = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in sts["volumes"]}
+    assert vols["token"]["secret"]["secretName"] == secret["metadata"]["name"]
+    for d in find(objects, "Deployment"):
+        assert "token" not in {v["name"] for v in d["spec"]["template"]["spec"]["volumes"]}
 
     objects, _ = render(COMBINATIONS["existing-secret"])
-    assert find(objects, "Secret") == []
-    for o in find(objects, "StatefulSet") + find(objects, "Deployment"):
-        spec = o["spec"]["template"]["spec"]
-        vols = {v["name"]: v for v in spec["volumes"]}
-        assert vols["token"]["secret"]["secretName"] == "team-token"
-        assert vols["token"]["secret"]["items"] == [{"key": "join", "path": "join"}]
-        args = spec["containers"][0]["args"]
-        assert arg_after(args, "--token-file") == "/var/run/reprobench/token/join"
+    assert find(objects, "Secret", "rb-reprobench-token") == []
+    spec = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert vols["token"]["secret"]["secretName"] == "team-token"
+    assert vols["token"]["secret"]["items"] == [{"key": "join", "path": "join"}]
+    args = spec["containers"][0]["args"]
+    assert arg_after(args, "--token-file") == "/var/run/reprobench/token/join"
+
+
+def test_each_pool_presents_a_node_credential_of_its_own_and_the_nightly_job_a_client_one():
+    objects, _ = render(EVERYTHING)
+    sts = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    coordinator_args = container(sts, "coordinator")["args"]
+    given = [coordinator_args[i + 1] for i, a in enumerate(coordinator_args) if a == "--credential"]
+    mounts = {m["name"]: m["mountPath"] for m in container(sts, "coordinator")["volumeMounts"]}
+    coordinator_vols = {v["name"]: v for v in sts["volumes"]}
+    for d in find(objects, "Deployment"):
+        pool = d["metadata"]["labels"]["reprobench.dev/pool"]
+        name = d["metadata"]["name"]
+        secret = one(objects, "Secret", f"{name}-credential")
+        assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        pod = d["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in pod["volumes"]}
+        assert vols["credential"]["secret"]["secretName"] == secret["metadata"]["name"]
+        assert arg_after(container(pod, "node")["args"], "--token-file") == "/var/run/reprobench/credential/token"
+        # The coordinator knows it as the pool's: it acts only as pods named after the Deployment.
+        path = f"/var/run/reprobench/credentials/{pool}/token"
+        assert f"node:{name}-={path}" in given
+        assert mounts[f"credential-{pool}"] == f"/var/run/reprobench/credentials/{pool}"
+        assert coordinator_vols[f"credential-{pool}"]["secret"]["secretName"] == secret["metadata"]["name"]
+    client = one(objects, "Secret", "rb-reprobench-client-credential")
+    assert "client=/var/run/reprobench/credentials/client/token" in given
+    job = one(objects, "CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in job["volumes"]}["credential"]["secret"]["secretName"] == client["metadata"]["name"]
+    script = one(objects, "ConfigMap")["data"]["nightly.sh"]
+    assert "--token-file /var/run/reprobench/credential/token" in script
 
 
 def test_pools_are_one_deployment_each_with_their_slots_and_drain_time():

@@ -173,9 +173,21 @@ impl Cluster {
         args: &[&str],
         env: &[(&str, &str)],
     ) {
+        self.start_node_presenting(name, slots, &self.token_file(), args, env);
+    }
+
+    /// Starts a node process that presents the credential in `token_file`.
+    pub fn start_node_presenting(
+        &mut self,
+        name: &str,
+        slots: &str,
+        token_file: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) {
         let child = Command::new(bin())
             .args(["node", "--coordinator", &self.url, "--token-file"])
-            .arg(self.token_file())
+            .arg(token_file)
             .args(["--slots", slots, "--name", name, "--drain-timeout-s", "30"])
             .args(&self.client_args)
             .args(args)

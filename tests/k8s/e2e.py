@@ -389,6 +389,13 @@ def main():
         sweep.write_text(f'name = "k8s-e2e"\ndatasets = ["synthetic:{a.tasks}:{a.mean_ms}"]\n'
                          '[[agents]]\nname = "synthetic"\n')
         target = ["--coordinator", url, "--token-file", str(token_file)]
+        # The sim pool's node credential: its nodes present it; as a client it is refused.
+        pool_secret = next(s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
+                           if s["metadata"]["name"].endswith("-node-sim-credential"))
+        pool_token = pathlib.Path(work) / "sim-credential"
+        pool_token.write_bytes(base64.b64decode(pool_secret["data"]["token"]))
+        as_client = subprocess.run([a.reprobench, "status", "--coordinator", url, "--token-file", str(pool_token)],
+                                   capture_output=True, text=True)
         run_id = json.loads(reprobench(a.reprobench, "run", str(sweep), *target, "--detach", "--json"))["run_id"]
         log(f"submitted run {run_id}: {a.tasks} synthetic tasks")
 
@@ -438,6 +445,11 @@ def main():
             "released_at_pod_deletion": len(gone),
             "late_results_rejected": late_rejected,
             "token_kept_on_upgrade": secret_after["data"]["token"] == secret["data"]["token"],
+            "pool_credential_kept_on_upgrade": next(
+                s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
+                if s["metadata"]["name"] == pool_secret["metadata"]["name"])["data"]["token"]
+                == pool_secret["data"]["token"],
+            "node_credential_refused_as_client": as_client.returncode != 0,
             "node_pods_after": len(pods_after),
             "swt_mini_gold": None if swt is None else {
                 k: swt.get(k) for k in ["total", "completed", "resolved", "errors", "mean_coverage_delta", "wall_s"]},
@@ -460,6 +472,11 @@ def main():
             problems.append(f"swt-mini gold on the docker pool: {json.dumps(swt)}")
         if not result["token_kept_on_upgrade"]:
             problems.append("helm upgrade replaced the join token")
+        if not result["pool_credential_kept_on_upgrade"]:
+            problems.append("helm upgrade replaced the sim pool's node credential")
+        if not result["node_credential_refused_as_client"]:
+            problems.append("the sim pool's node credential was accepted as a client's: "
+                            + as_client.stdout + as_client.stderr)
         ok = not problems
         for p in problems:
             log(f"FAILED: {p}")

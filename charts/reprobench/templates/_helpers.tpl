@@ -71,3 +71,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- range $kind, $n := .slots -}}{{- $sum = add $sum $n -}}{{- end -}}
 {{- $sum -}}
 {{- end -}}
+
+{{/* A pool's node credential Secret: (list $ poolName). */}}
+{{- define "reprobench.poolCredentialSecret" -}}
+{{- $ := index . 0 -}}
+{{- printf "%s-credential" (include "reprobench.poolName" (list $ (index . 1))) -}}
+{{- end -}}
+
+{{/* The nightly job's client credential Secret. */}}
+{{- define "reprobench.clientCredentialSecret" -}}
+{{- printf "%s-client-credential" (include "reprobench.fullname" .) -}}
+{{- end -}}
+
+{{/* Where a pod mounts the credential it presents (a pool's node credential, the client's). */}}
+{{- define "reprobench.credentialFile" -}}
+/var/run/reprobench/credential/token
+{{- end -}}

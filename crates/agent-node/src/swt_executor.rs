@@ -436,6 +436,7 @@ impl SwtExecutor {
             locales: payload.env.locales.clone(),
             system_packages: payload.env.system_packages.clone(),
             build_constraints: payload.env.build_constraints.clone(),
+            dated_pip_for_install: payload.env.dated_pip_for_install,
             gitlinks,
         };
         let limits = Limits {

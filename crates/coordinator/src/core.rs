@@ -53,11 +53,15 @@ pub enum Command {
     /// SubmitRun.
     Submit {
         req: SubmitRunRequest,
+        /// The submitting credential's id.
+        owner: String,
         reply: oneshot::Sender<Result<SubmitRunResponse, Status>>,
     },
     /// CancelRun.
     Cancel {
         run_id: String,
+        /// Who asks (only the run's submitter or an admin may).
+        caller: crate::credentials::Principal,
         reply: oneshot::Sender<Result<u64, Status>>,
     },
     /// ListRuns.
@@ -190,14 +194,19 @@ fn split(cmd: Command, now: Now) -> Option<(Input, Asker)> {
         Command::Disconnect { node_id, conn } => {
             (Input::Disconnect { node_id, conn }, Asker::Nobody)
         }
-        Command::Submit { req, reply } => (
+        Command::Submit { req, owner, reply } => (
             Input::Submit {
                 req,
                 run_id: new_run_id(now.wall_ms),
+                owner,
             },
             Asker::Submit(reply),
         ),
-        Command::Cancel { run_id, reply } => (Input::Cancel { run_id }, Asker::Cancel(reply)),
+        Command::Cancel {
+            run_id,
+            caller,
+            reply,
+        } => (Input::Cancel { run_id, caller }, Asker::Cancel(reply)),
         Command::List { reply } => (Input::List, Asker::List(reply)),
         Command::Watch { run_id, tx } => (
             Input::Watch {
@@ -453,7 +462,6 @@ fn new_run_id(created_ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::Policy;
     use reprobench_proto::v1::{
         AttemptRef, Credit, FailureClass, Grant, Heartbeat, Outcome, ResultAck, RunSummary,
         SlotCount,
@@ -493,7 +501,7 @@ mod tests {
             let cfg = CoreConfig {
                 lease_ms,
                 heartbeat_ms: lease_ms / 4,
-                policy: Policy::AffinityStealing,
+                ..CoreConfig::default()
             };
             let (core, join) = spawn(store, cfg).unwrap();
             let req = RegisterRequest {
@@ -534,9 +542,13 @@ mod tests {
                 sweep_toml: sweep,
                 ..Default::default()
             };
-            ask(&self.core, |reply| Command::Submit { req, reply })
-                .unwrap()
-                .run_id
+            ask(&self.core, |reply| Command::Submit {
+                req,
+                owner: "test".into(),
+                reply,
+            })
+            .unwrap()
+            .run_id
         }
 
         fn send(&self, body: node_message::Body) {

@@ -3,6 +3,7 @@
 //! meet only through `reprobench-proto`.
 
 pub mod core;
+pub mod credentials;
 pub mod kubernetes;
 pub mod lifecycle;
 pub mod machine;

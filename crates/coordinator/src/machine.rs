@@ -9,6 +9,7 @@
 //! same step does not write) are tested here on plain values.
 
 use crate::core::KindCounts;
+use crate::credentials::Principal;
 use crate::lifecycle::{self, Attempt, Ending, Event, ResultContext, ResultVerdict, TaskState};
 use crate::scheduler::{NodeIdx, Policy, QueuedTask, Scheduler, TaskId};
 use crate::store::{LoadedRun, LoadedTask, NewTask, ResultRecord};
@@ -33,7 +34,13 @@ pub struct CoreConfig {
     pub heartbeat_ms: u64,
     /// Placement policy (the benchmark's baseline uses `StaticRoundRobin`).
     pub policy: Policy,
+    /// The most tasks one sweep may expand to (`serve --max-sweep-tasks`).
+    pub max_sweep_tasks: u64,
 }
+
+/// See [`CoreConfig::max_sweep_tasks`]: room for all of SWT-bench (2,294 instances) under four
+/// agents, three variants, five backbones and five repeats (688,200 tasks), and more.
+pub const DEFAULT_MAX_SWEEP_TASKS: u64 = 1_000_000;
 
 impl Default for CoreConfig {
     fn default() -> Self {
@@ -41,6 +48,7 @@ impl Default for CoreConfig {
             lease_ms: 15_000,
             heartbeat_ms: 3_000,
             policy: Policy::AffinityStealing,
+            max_sweep_tasks: DEFAULT_MAX_SWEEP_TASKS,
         }
     }
 }
@@ -94,11 +102,15 @@ pub enum Input {
         req: SubmitRunRequest,
         /// The id for a new run.
         run_id: String,
+        /// The submitting credential's id.
+        owner: String,
     },
     /// CancelRun.
     Cancel {
         /// The run.
         run_id: String,
+        /// Who asks.
+        caller: Principal,
     },
     /// ListRuns.
     List,
@@ -278,6 +290,8 @@ struct RunMem {
     summary: RunSummary,
     sweep_hash: String,
     max_attempts: u32,
+    /// The submitting credential's id.
+    owner: String,
     node_finished: HashMap<NodeIdx, u64>,
     dirty: bool,
     last_publish: Option<Instant>,
@@ -285,6 +299,15 @@ struct RunMem {
     /// finished.
     session_start: Option<Instant>,
     session_done: u64,
+}
+
+/// The slots of `kind` a node registered (0 for a kind it did not register).
+fn registered_slots(slots: &[(String, u32)], kind: &str) -> u32 {
+    slots
+        .iter()
+        .filter(|(k, _)| k == kind)
+        .map(|(_, n)| *n)
+        .sum()
 }
 
 struct NodeMem {
@@ -431,12 +454,12 @@ impl Machine {
                 body,
             } => self.on_node_message(&node_id, conn, body),
             Input::Disconnect { node_id, conn } => self.disconnect(&node_id, conn),
-            Input::Submit { req, run_id } => {
-                let answer = self.submit(req, run_id);
+            Input::Submit { req, run_id, owner } => {
+                let answer = self.submit(req, run_id, owner);
                 self.answer(Answer::Submit(answer));
             }
-            Input::Cancel { run_id } => {
-                let answer = self.cancel(&run_id);
+            Input::Cancel { run_id, caller } => {
+                let answer = self.cancel(&run_id, &caller);
                 self.answer(Answer::Cancel(answer));
             }
             Input::List => {
@@ -559,6 +582,7 @@ impl Machine {
                 },
                 sweep_hash: run.sweep_hash.clone(),
                 max_attempts: run.max_attempts,
+                owner: run.owner.clone(),
                 node_finished: HashMap::new(),
                 dirty: true,
                 last_publish: None,
@@ -754,10 +778,16 @@ impl Machine {
             node.conn = Some(conn);
             node.last_seen = now;
             node.draining = hello.draining;
+            // Never more credit than the slots it registered: a node cannot ask for more work.
             node.credits = hello
                 .free
                 .iter()
-                .map(|s| (s.kind.clone(), s.slots))
+                .map(|s| {
+                    (
+                        s.kind.clone(),
+                        s.slots.min(registered_slots(&node.slots, &s.kind)),
+                    )
+                })
                 .collect();
         }
         for key in &hello.warm_keys {
@@ -808,8 +838,11 @@ impl Machine {
             node_message::Body::Hello(_) => {}
             node_message::Body::Heartbeat(hb) => self.renew(n, &hb.running),
             node_message::Body::Credit(c) => {
-                if !self.nodes[n as usize].draining {
-                    *self.nodes[n as usize].credits.entry(c.kind).or_insert(0) += c.slots;
+                let node = &mut self.nodes[n as usize];
+                if !node.draining {
+                    let cap = registered_slots(&node.slots, &c.kind);
+                    let credit = node.credits.entry(c.kind).or_insert(0);
+                    *credit = credit.saturating_add(c.slots).min(cap);
                     self.hungry.insert(n);
                 }
             }
@@ -898,6 +931,7 @@ impl Machine {
         &mut self,
         req: SubmitRunRequest,
         run_id: String,
+        owner: String,
     ) -> Result<SubmitRunResponse, Status> {
         let spec = SweepSpec::from_toml(&req.sweep_toml)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
@@ -918,7 +952,7 @@ impl Machine {
                 });
             }
         }
-        let tasks: Vec<NewTask> = sweep::expand(&spec, &attachments)
+        let tasks: Vec<NewTask> = sweep::expand(&spec, &attachments, self.cfg.max_sweep_tasks)
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let run = LoadedRun {
             run_id,
@@ -929,6 +963,7 @@ impl Machine {
             max_attempts: spec.max_attempts,
             created_at_ms: self.now.wall_ms,
             finished_at_ms: None,
+            owner,
         };
         let attachments_json =
             serde_json::to_string(&attachments).expect("a string map serializes");
@@ -980,12 +1015,17 @@ impl Machine {
         Ok(response)
     }
 
-    fn cancel(&mut self, run_id: &str) -> Result<u64, Status> {
+    fn cancel(&mut self, run_id: &str, caller: &Principal) -> Result<u64, Status> {
         let Some(run_key) = self.runs.get_key_value(run_id).map(|(k, _)| k.clone()) else {
             return Err(Status::not_found(format!(
                 "no run `{run_id}`; `reprobench status` lists the runs"
             )));
         };
+        if let Some(refusal) = caller.cancel_refusal(&self.runs[&run_key].owner) {
+            return Err(Status::permission_denied(format!(
+                "run `{run_id}`: {refusal}"
+            )));
+        }
         let ids: Vec<TaskId> = self
             .tasks
             .iter()
@@ -1509,7 +1549,7 @@ mod tests {
         let cfg = CoreConfig {
             lease_ms,
             heartbeat_ms: lease_ms / 4,
-            policy: Policy::AffinityStealing,
+            ..CoreConfig::default()
         };
         let mut m = Machine::load(cfg, vec![], vec![], vec![], t);
         let req = RegisterRequest {
@@ -1548,7 +1588,14 @@ mod tests {
             ..Default::default()
         };
         let run_id = format!("run-{}", m.run_order.len() + 1);
-        let fx = m.step(Input::Submit { req, run_id }, t);
+        let fx = m.step(
+            Input::Submit {
+                req,
+                run_id,
+                owner: "client-1".into(),
+            },
+            t,
+        );
         match &fx.answer {
             Some(Answer::Submit(Ok(r))) => (r.run_id.clone(), fx),
             other => panic!("submit refused: {other:?}"),
@@ -1663,6 +1710,28 @@ mod tests {
         assert!(ack.accepted && ack.reason == "already recorded", "{ack:?}");
         let s = summary(&mut m, &run, t);
         assert_eq!((s.state.as_str(), s.succeeded), ("finished", 1));
+    }
+
+    #[test]
+    fn a_node_gets_no_more_credit_than_the_slots_it_registered() {
+        let t = start();
+        // Registered with 4 slots, it claims 50 free in its Hello and sends 100 more credits.
+        let mut m = machine_with_node(60_000, 50, t);
+        for _ in 0..100 {
+            m.step(credit(), t);
+        }
+        submit(&mut m, "synthetic:20:1", 3, t);
+        let granted = grants(&m.step(Input::Dispatch, t));
+        assert_eq!(granted.len(), 4, "{granted:?}");
+        // Credits of a kind it never registered give it nothing.
+        m.step(
+            from_node(node_message::Body::Credit(Credit {
+                kind: "docker".into(),
+                slots: 10,
+            })),
+            t,
+        );
+        assert!(grants(&m.step(Input::Dispatch, t)).is_empty());
     }
 
     #[test]
@@ -1783,6 +1852,12 @@ mod tests {
         steps.push(m.step(
             Input::Cancel {
                 run_id: "run-1".into(),
+                caller: Principal {
+                    id: "client-1".into(),
+                    role: crate::credentials::Role::Client,
+                    node: None,
+                    node_prefix: None,
+                },
             },
             clock,
         ));
@@ -1852,6 +1927,7 @@ mod tests {
             max_attempts: 3,
             created_at_ms: 0,
             finished_at_ms: None,
+            owner: String::new(),
         };
         let cfg = CoreConfig {
             lease_ms: 500,

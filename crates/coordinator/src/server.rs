@@ -2,17 +2,19 @@
 //! the data directory (lock, token file, address file) and the server's lifetime.
 
 use crate::core::{self, Command, CoreConfig, CoreHandle};
+use crate::credentials::{
+    AuthError, Credentials, CredentialsError, FileCredential, Opening, Principal,
+};
 use crate::store::{Store, StoreError};
 use reprobench_proto::auth::TOKEN_METADATA_KEY;
 use reprobench_proto::v1::node_service_server::{NodeService, NodeServiceServer};
 use reprobench_proto::v1::run_service_server::{RunService, RunServiceServer};
 use reprobench_proto::v1::*;
 use std::net::SocketAddr;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
@@ -42,6 +44,8 @@ pub struct ServeConfig {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Lease timing and policy.
     pub core: CoreConfig,
+    /// Credentials given in files (`serve --credential`), known besides the data directory's.
+    pub credential_files: Vec<FileCredential>,
 }
 
 /// Problems starting a coordinator.
@@ -64,6 +68,9 @@ pub enum ServeError {
     /// TLS files are unusable.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The credentials cannot be read or made.
+    #[error(transparent)]
+    Credentials(#[from] CredentialsError),
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
@@ -77,10 +84,12 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ServeError + '_ {
 pub struct Coordinator {
     /// The address it listens on.
     pub addr: SocketAddr,
-    /// The join token.
+    /// The admin credential's token.
     pub token: String,
-    /// Where the token lives.
+    /// Where the admin token lives.
     pub token_file: PathBuf,
+    /// How the credentials were found: made, upgraded from a join token, or already there.
+    pub credentials_opening: Opening,
     address_file: PathBuf,
     core: CoreHandle,
     core_join: Option<std::thread::JoinHandle<()>>,
@@ -117,7 +126,29 @@ pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
         .token_file
         .clone()
         .unwrap_or_else(|| cfg.data_dir.join(TOKEN_FILE));
-    let token = ensure_token(&token_file)?;
+    // A join token beside an existing store is an upgrade; beside a new one, the user's choice.
+    let had_store = cfg.data_dir.join(crate::store::DB_FILE).exists();
+    let (credentials, opening) = Credentials::open(
+        &cfg.data_dir,
+        &token_file,
+        &cfg.credential_files,
+        reprobench_domain::time::now_ms(),
+    )?;
+    let token = std::fs::read_to_string(&token_file)
+        .map_err(io_err(&token_file))?
+        .trim()
+        .to_string();
+    let opening = match opening {
+        Opening::Upgraded if !had_store => Opening::Created,
+        other => other,
+    };
+    if opening == Opening::Upgraded {
+        tracing::warn!(
+            token = %token_file.display(),
+            "upgraded: the join token is now an admin credential; give nodes node credentials and clients client credentials (`reprobench credential add`)"
+        );
+    }
+    let credentials = Arc::new(Mutex::new(credentials));
     let store = Store::open(&cfg.data_dir)?;
     let (core, core_join) = core::spawn(store, cfg.core.clone())?;
 
@@ -144,13 +175,14 @@ pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
         "http"
     };
     let auth = TokenCheck {
-        expected: Arc::from(format!("Bearer {token}")),
+        credentials: credentials.clone(),
         token_file: token_file.clone(),
     };
     let nodes = InterceptedService::new(
         NodeServiceServer::new(NodeApi {
             core: core.clone(),
             conns: Arc::new(AtomicU64::new(1)),
+            credentials,
         })
         .max_decoding_message_size(MAX_MESSAGE_BYTES),
         auth.clone(),
@@ -184,6 +216,7 @@ pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
         addr,
         token,
         token_file,
+        credentials_opening: opening,
         address_file: address_path,
         core,
         core_join: Some(core_join),
@@ -219,70 +252,56 @@ pub fn lock_data_dir(dir: &Path) -> Result<std::fs::File, ServeError> {
     Ok(file)
 }
 
-/// Reads the token file, or creates it (mode 0600) with a fresh random token.
-pub fn ensure_token(path: &Path) -> Result<String, ServeError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(ServeError::Io {
-                path: path.to_path_buf(),
-                source: e,
-            });
-        }
-    }
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-    }
-    let token = crate::random_hex(32);
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io_err(path))?;
-    std::io::Write::write_all(&mut f, format!("{token}\n").as_bytes()).map_err(io_err(path))?;
-    Ok(token)
-}
-
+/// Finds the credential of each call and puts its [`Principal`] into the request's extensions.
 #[derive(Clone)]
 struct TokenCheck {
-    expected: Arc<str>,
+    credentials: Arc<Mutex<Credentials>>,
     token_file: PathBuf,
 }
 
 impl tonic::service::Interceptor for TokenCheck {
-    fn call(&mut self, req: Request<()>) -> Result<Request<()>, Status> {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
         let given = req
             .metadata()
             .get(TOKEN_METADATA_KEY)
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
-        if constant_time_eq(given, self.expected.as_bytes()) {
-            Ok(req)
-        } else {
-            let what = if given.is_empty() {
-                "no join token was presented"
-            } else {
-                "the join token is wrong"
-            };
-            Err(Status::unauthenticated(format!(
-                "{what}; the coordinator's token is in {} on the coordinator's machine: copy it and pass --token-file",
-                self.token_file.display()
-            )))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let checked = self
+            .credentials
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .authenticate(given);
+        let admin = self.token_file.display();
+        match checked {
+            Ok(principal) => {
+                req.extensions_mut().insert(principal);
+                Ok(req)
+            }
+            Err(AuthError::Missing) => Err(Status::unauthenticated(format!(
+                "no credential was presented: pass --token-file with one. The admin credential is in {admin} on the coordinator's machine, and `reprobench credential add --role client|node --data DIR` there makes the others"
+            ))),
+            Err(AuthError::Unknown) => Err(Status::unauthenticated(format!(
+                "the coordinator does not know this credential (another coordinator's, or mistyped): use one it made, such as the admin credential in {admin} on its machine, or one from `reprobench credential add` there"
+            ))),
+            Err(AuthError::Revoked(id)) => Err(Status::unauthenticated(format!(
+                "credential {id} was revoked: ask the coordinator's admin for a new one (`reprobench credential add`)"
+            ))),
         }
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// The caller the interceptor found (every service is behind it).
+fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
+    req.extensions()
+        .get::<Principal>()
+        .cloned()
+        .ok_or_else(|| Status::internal("the call reached a service without its credential check"))
 }
 
 struct NodeApi {
     core: CoreHandle,
     conns: Arc<AtomicU64>,
+    credentials: Arc<Mutex<Credentials>>,
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -303,7 +322,11 @@ impl NodeService for NodeApi {
         &self,
         req: Request<RegisterRequest>,
     ) -> Result<Response<RegisterResponse>, Status> {
+        let caller = principal(&req)?;
         let req = req.into_inner();
+        if let Some(refusal) = caller.node_refusal(&req.node_id) {
+            return Err(Status::permission_denied(refusal));
+        }
         ask(&self.core, |reply| Command::Register { req, reply })
             .await?
             .map(Response::new)
@@ -315,6 +338,7 @@ impl NodeService for NodeApi {
         &self,
         req: Request<Streaming<NodeMessage>>,
     ) -> Result<Response<Self::WorkStream>, Status> {
+        let caller = principal(&req)?;
         let mut inbound = req.into_inner();
         let first = inbound.message().await?.and_then(|m| m.body);
         let Some(node_message::Body::Hello(hello)) = first else {
@@ -322,6 +346,9 @@ impl NodeService for NodeApi {
                 "the first message on a Work stream must be Hello",
             ));
         };
+        if let Some(refusal) = caller.node_refusal(&hello.node_id) {
+            return Err(Status::permission_denied(refusal));
+        }
         let node_id = hello.node_id.clone();
         let conn = self.conns.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
@@ -332,8 +359,18 @@ impl NodeService for NodeApi {
             out: tx,
         })?;
         let core = self.core.clone();
+        let credentials = self.credentials.clone();
         tokio::spawn(async move {
             while let Ok(Some(msg)) = inbound.message().await {
+                // A revoked credential's stream ends at its next message (heartbeats come often).
+                let live = credentials
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_live(&caller.id);
+                if !live {
+                    tracing::warn!(node = %node_id, credential = %caller.id, "credential revoked: closing the node's stream");
+                    break;
+                }
                 if let Some(body) = msg.body
                     && core
                         .send(Command::FromNode {
@@ -352,6 +389,15 @@ impl NodeService for NodeApi {
     }
 }
 
+/// The caller of a run call, refused when its credential is a node's.
+fn run_caller<T>(req: &Request<T>) -> Result<Principal, Status> {
+    let caller = principal(req)?;
+    match caller.client_refusal() {
+        Some(refusal) => Err(Status::permission_denied(refusal)),
+        None => Ok(caller),
+    }
+}
+
 struct RunApi {
     core: CoreHandle,
     data_dir: PathBuf,
@@ -363,8 +409,9 @@ impl RunService for RunApi {
         &self,
         req: Request<SubmitRunRequest>,
     ) -> Result<Response<SubmitRunResponse>, Status> {
+        let owner = run_caller(&req)?.id;
         let req = req.into_inner();
-        ask(&self.core, |reply| Command::Submit { req, reply })
+        ask(&self.core, |reply| Command::Submit { req, owner, reply })
             .await?
             .map(Response::new)
     }
@@ -375,6 +422,7 @@ impl RunService for RunApi {
         &self,
         req: Request<WatchRunRequest>,
     ) -> Result<Response<Self::WatchRunStream>, Status> {
+        run_caller(&req)?;
         let (tx, rx) = mpsc::channel(16);
         self.core.send(Command::Watch {
             run_id: req.into_inner().run_id,
@@ -387,15 +435,22 @@ impl RunService for RunApi {
         &self,
         req: Request<CancelRunRequest>,
     ) -> Result<Response<CancelRunResponse>, Status> {
+        let caller = run_caller(&req)?;
         let run_id = req.into_inner().run_id;
-        let n = ask(&self.core, |reply| Command::Cancel { run_id, reply }).await??;
+        let n = ask(&self.core, |reply| Command::Cancel {
+            run_id,
+            caller,
+            reply,
+        })
+        .await??;
         Ok(Response::new(CancelRunResponse { cancelled_tasks: n }))
     }
 
     async fn list_runs(
         &self,
-        _req: Request<ListRunsRequest>,
+        req: Request<ListRunsRequest>,
     ) -> Result<Response<ListRunsResponse>, Status> {
+        run_caller(&req)?;
         Ok(Response::new(
             ask(&self.core, |reply| Command::List { reply }).await?,
         ))
@@ -407,6 +462,7 @@ impl RunService for RunApi {
         &self,
         req: Request<ExportResultsRequest>,
     ) -> Result<Response<Self::ExportResultsStream>, Status> {
+        run_caller(&req)?;
         let run_id = req.into_inner().run_id;
         let dir = self.data_dir.clone();
         let rows = tokio::task::spawn_blocking(move || -> Result<Vec<ResultRow>, Status> {

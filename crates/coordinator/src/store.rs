@@ -209,6 +209,8 @@ pub struct LoadedRun {
     pub created_at_ms: i64,
     /// Finish time.
     pub finished_at_ms: Option<i64>,
+    /// Id of the credential that submitted it ("" for runs from before credentials).
+    pub owner: String,
 }
 
 /// What the grant message needs from a task row.
@@ -355,6 +357,7 @@ impl Store {
     fn migrate(&self) -> Result<(), StoreError> {
         for (table, column, decl) in [
             ("runs", "attachments", "TEXT NOT NULL DEFAULT '{}'"),
+            ("runs", "owner", "TEXT NOT NULL DEFAULT ''"),
             ("results", "details", "TEXT"),
             // Set when human review first settles a result: the automatic verdict, kept beside the final one.
             ("results", "auto_success", "INTEGER"),
@@ -429,8 +432,8 @@ impl Store {
         assert_eq!(ids.len(), tasks.len(), "one id per task");
         self.conn
             .execute(
-                "INSERT INTO runs(run_id, name, sweep_toml, sweep_hash, state, tasks, max_attempts, created_at_ms, attachments) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
-                params![run.run_id, run.name, sweep_toml, run.sweep_hash, run.state, run.tasks as i64, run.max_attempts, run.created_at_ms, attachments_json],
+                "INSERT INTO runs(run_id, name, sweep_toml, sweep_hash, state, tasks, max_attempts, created_at_ms, attachments, owner) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
+                params![run.run_id, run.name, sweep_toml, run.sweep_hash, run.state, run.tasks as i64, run.max_attempts, run.created_at_ms, attachments_json, run.owner],
             )
             .map_err(|e| self.err(e))?;
         let mut stmt = self
@@ -614,7 +617,7 @@ impl Store {
     pub fn load_runs(&self) -> Result<Vec<LoadedRun>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT run_id, name, sweep_hash, state, tasks, max_attempts, created_at_ms, finished_at_ms FROM runs ORDER BY created_at_ms, run_id")
+            .prepare("SELECT run_id, name, sweep_hash, state, tasks, max_attempts, created_at_ms, finished_at_ms, owner FROM runs ORDER BY created_at_ms, run_id")
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map([], |r| {
@@ -627,6 +630,7 @@ impl Store {
                     max_attempts: r.get(5)?,
                     created_at_ms: r.get(6)?,
                     finished_at_ms: r.get(7)?,
+                    owner: r.get(8)?,
                 })
             })
             .map_err(|e| self.err(e))?;
@@ -1005,6 +1009,7 @@ mod tests {
             max_attempts: 3,
             created_at_ms: 0,
             finished_at_ms: None,
+            owner: String::new(),
         };
         let ids = [1, 2];
         store

@@ -27,10 +27,50 @@ pub fn predictions_key(path: &str) -> String {
 #[error("{0}")]
 pub struct ExpandError(pub String);
 
-/// Expands a sweep into its tasks, in a stable order.
-pub fn expand(spec: &SweepSpec, attachments: &Attachments) -> Result<Vec<NewTask>, ExpandError> {
+/// How many tasks a sweep expands to, counted without expanding it: rows (attached lines, or a
+/// synthetic dataset's size) × variants of every agent × backbones × repeats. Saturates.
+pub fn task_count(spec: &SweepSpec, attachments: &Attachments) -> u64 {
+    let rows: u64 = spec
+        .datasets
+        .iter()
+        .map(|dataset| {
+            let attached = attachments
+                .get(&android::android_rows_key(dataset))
+                .or_else(|| attachments.get(&dataset_key(dataset)));
+            match (attached, SyntheticDataset::parse(dataset)) {
+                (Some(rows), _) => rows.lines().filter(|l| !l.trim().is_empty()).count() as u64,
+                (None, Some(Ok(synthetic))) => u64::from(synthetic.tasks),
+                (None, Some(Err(_))) => 0,
+                (None, None) => 0,
+            }
+        })
+        .fold(0u64, u64::saturating_add);
+    let variants: u64 = spec.agents.iter().map(|a| a.variants.len() as u64).sum();
+    [
+        variants,
+        spec.backbone_names().len() as u64,
+        u64::from(spec.repeats),
+    ]
+    .into_iter()
+    .fold(rows, u64::saturating_mul)
+}
+
+/// Expands a sweep into its tasks, in a stable order; refuses one of more than `max_tasks`
+/// before expanding it.
+pub fn expand(
+    spec: &SweepSpec,
+    attachments: &Attachments,
+    max_tasks: u64,
+) -> Result<Vec<NewTask>, ExpandError> {
+    let count = task_count(spec, attachments);
+    if count > max_tasks {
+        return Err(ExpandError(format!(
+            "sweep `{}` expands to {count} tasks (rows × variants × backbones × repeats), more than this coordinator takes in one sweep ({max_tasks}): split it into smaller sweeps, or start the coordinator with a larger --max-sweep-tasks",
+            spec.name
+        )));
+    }
     let backbones = spec.backbone_names();
-    let mut tasks = Vec::new();
+    let mut tasks = Vec::with_capacity(count as usize);
     for dataset in &spec.datasets {
         if let Some(rows) = attachments.get(&android::android_rows_key(dataset)) {
             expand_android(spec, dataset, rows, &backbones, &mut tasks)?;
@@ -375,6 +415,8 @@ fn fnv1a(bytes: impl Iterator<Item = u8>) -> u64 {
 mod tests {
     use super::*;
 
+    const DEFAULT_MAX: u64 = crate::machine::DEFAULT_MAX_SWEEP_TASKS;
+
     fn spec(text: &str) -> SweepSpec {
         SweepSpec::from_toml(text).unwrap()
     }
@@ -384,14 +426,34 @@ mod tests {
         let s = spec(
             "name='m'\ndatasets=['synthetic:5:10','synthetic:3:10']\nrepeats=2\n[[agents]]\nname='synthetic'\nvariants=['full','no-x']\n",
         );
-        let tasks = expand(&s, &Attachments::new()).unwrap();
+        let tasks = expand(&s, &Attachments::new(), u64::MAX).unwrap();
         assert_eq!(tasks.len(), (5 + 3) * 2 * 2);
         let cells: std::collections::BTreeSet<_> = tasks
             .iter()
             .map(|t| (&t.dataset, &t.instance_id, &t.variant, t.repeat))
             .collect();
         assert_eq!(cells.len(), tasks.len(), "every task is a distinct cell");
-        assert_eq!(expand(&s, &Attachments::new()).unwrap().len(), tasks.len());
+        assert_eq!(task_count(&s, &Attachments::new()), tasks.len() as u64);
+        // One task more than allowed: refused before any is made, naming the limit and the flag.
+        let refused = expand(&s, &Attachments::new(), tasks.len() as u64 - 1).unwrap_err();
+        assert!(refused.0.contains("--max-sweep-tasks"), "{refused}");
+        assert!(
+            refused.0.contains(&format!("{} tasks", tasks.len())),
+            "{refused}"
+        );
+        // A matrix too large to count in 64 bits is refused too.
+        let huge = spec(
+            "name='h'\ndatasets=['synthetic:4000000000:10']\nrepeats=4000000000\n[[agents]]\nname='synthetic'\nvariants=['full']\n",
+        );
+        assert_eq!(
+            task_count(&huge, &Attachments::new()),
+            16_000_000_000_000_000_000
+        );
+        assert!(expand(&huge, &Attachments::new(), DEFAULT_MAX).is_err());
+        assert_eq!(
+            expand(&s, &Attachments::new(), u64::MAX).unwrap().len(),
+            tasks.len()
+        );
         let none = Attachments::new();
         assert_eq!(
             sweep_hash(&s, &none),
@@ -420,7 +482,7 @@ mod tests {
             r#"{"instance_id":"notes-1","app":"notes","bug_type":"crash","ground_truth_actions":3}"#
                 .to_string() + "\n",
         );
-        let tasks = expand(&s, &att).unwrap();
+        let tasks = expand(&s, &att, u64::MAX).unwrap();
         let kinds: Vec<(&str, &str, &str)> = tasks
             .iter()
             .map(|t| (t.dataset.as_str(), t.instance_id.as_str(), t.kind.as_str()))
@@ -443,7 +505,7 @@ mod tests {
     }
 
     fn expand_plain(s: &SweepSpec) -> Result<Vec<NewTask>, ExpandError> {
-        expand(s, &Attachments::new())
+        expand(s, &Attachments::new(), u64::MAX)
     }
 
     #[test]
@@ -467,17 +529,17 @@ mod tests {
         att.insert(dataset_key("mini"), format!("{row}\n"));
         let agents = "[[agents]]\nname='reproagent'\nvariants=['full','no-rca']\n[[agents]]\nname='mine'\ncommand=['python3','a.py']\n";
         let no_backbone = spec(&format!("name='e'\ndatasets=['mini']\n{agents}"));
-        let e = expand(&no_backbone, &att).unwrap_err();
+        let e = expand(&no_backbone, &att, u64::MAX).unwrap_err();
         assert!(e.0.contains("[[backbones]]"), "{e}");
         let bad_variant = spec(
             "name='e'\ndatasets=['mini']\n[[agents]]\nname='reproagent'\nvariants=['no-such']\n[[backbones]]\nname='b'\nbase_url='http://x/v1'\nmodel='m'\n",
         );
-        let e = expand(&bad_variant, &att).unwrap_err();
+        let e = expand(&bad_variant, &att, u64::MAX).unwrap_err();
         assert!(e.0.contains("no-such") && e.0.contains("no-review"), "{e}");
         let s = spec(&format!(
             "name='e'\ndatasets=['mini']\n{agents}[[backbones]]\nname='b'\nbase_url='http://x/v1'\nmodel='m'\napi_key_env='K'\n[budget]\nmax_llm_calls=7\n"
         ));
-        let tasks = expand(&s, &att).unwrap();
+        let tasks = expand(&s, &att, u64::MAX).unwrap();
         assert_eq!(
             tasks.len(),
             3,
@@ -512,7 +574,7 @@ mod tests {
         let s = spec(
             "name='e'\ndatasets=['mini']\n[eval]\nexecutor='process'\n[[agents]]\nname='gold'\n[[agents]]\nname='issue-snippet'\n[[agents]]\nname='m'\npredictions='p.jsonl'\n",
         );
-        let tasks = expand(&s, &att).unwrap();
+        let tasks = expand(&s, &att, u64::MAX).unwrap();
         assert_eq!(tasks.len(), 3);
         assert!(
             tasks

@@ -32,9 +32,23 @@ fn hex_from(
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
+/// Whether two secrets are equal, in time that depends on their lengths only (not on where
+/// they first differ).
+pub fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_compare_equal_only_when_identical() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"ab"));
+        assert!(same_secret(b"", b""));
+    }
 
     #[test]
     fn random_hex_is_fresh_and_of_the_asked_length() {

@@ -118,6 +118,11 @@ pub struct EnvSpec {
     /// (see `swt_bench::conda_env_as_requirements`), before the pip pins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conda_env_files: Vec<String>,
+    /// After its packages are installed (date-capped by pip 26), the environment goes back to
+    /// the newest pip of `packages_as_of`, as SWT-bench's environment had, for install commands
+    /// that pass options pip 26 no longer has (see `swt_bench::PIP_OPTIONS_GONE_IN_26`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dated_pip_for_install: bool,
 }
 
 fn default_python() -> String {
@@ -161,6 +166,9 @@ impl EnvSpec {
                 "--build-constraints={}",
                 self.build_constraints.join(",")
             ));
+        }
+        if self.dated_pip_for_install {
+            packages.push("--dated-pip-for-install".into());
         }
         env_key(&self.python, &packages)
     }
@@ -536,11 +544,34 @@ fn load_parquet_rows<T>(path: &Path) -> Result<Parsed<T>, LoadError> {
 /// Reads rows from a Parquet file (as the Hugging Face hub serves datasets), one JSON object per row.
 #[cfg(feature = "parquet")]
 fn load_parquet_rows<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Parsed<T>, LoadError> {
-    use parquet::file::reader::{FileReader, SerializedFileReader};
     let file = std::fs::File::open(path).map_err(|error| LoadError::Read {
         path: path.to_path_buf(),
         error,
     })?;
+    // parquet 57 panics on some malformed files (an `unwrap` in its footer decoder): such a file
+    // is not readable Parquet, like any other, rather than the end of the process.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        read_parquet_rows(path, file)
+    }))
+    .unwrap_or_else(|panic| {
+        let what = (panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(LoadError::NotParquet {
+            path: path.to_path_buf(),
+            error: parquet::errors::ParquetError::General(format!(
+                "the Parquet reader failed: {what}"
+            )),
+        })
+    })
+}
+
+#[cfg(feature = "parquet")]
+fn read_parquet_rows<T: for<'de> Deserialize<'de>>(
+    path: &Path,
+    file: std::fs::File,
+) -> Result<Parsed<T>, LoadError> {
+    use parquet::file::reader::{FileReader, SerializedFileReader};
     let reader = SerializedFileReader::new(file).map_err(|error| LoadError::NotParquet {
         path: path.to_path_buf(),
         error,
@@ -559,11 +590,15 @@ fn load_parquet_rows<T: for<'de> Deserialize<'de>>(path: &Path) -> Result<Parsed
         let location = format!("{}[{i}]", path.display());
         match row {
             Ok(row) => push_row(&mut out, location, row.to_json_value()),
-            Err(e) => out.errors.push(RowError {
-                location,
-                instance_id: None,
-                message: format!("unreadable Parquet row: {e}"),
-            }),
+            // The reader does not move past a broken row group: it repeats the error forever.
+            Err(e) => {
+                out.errors.push(RowError {
+                    location,
+                    instance_id: None,
+                    message: format!("unreadable Parquet row: {e}; the rows after it are not read"),
+                });
+                break;
+            }
         }
     }
     Ok(out)
@@ -718,6 +753,65 @@ mod tests {
         assert_eq!(p.rows[0].fail_to_pass, vec!["tests/a.py::t1"]);
         assert_eq!(p.rows[1].instance_id, "o__r-2");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    #[cfg(feature = "parquet")]
+    fn a_broken_parquet_page_is_one_error_not_a_hang() {
+        // Found by fuzz/ (parquet_rows): a one-row file whose page header's first byte is 0, so
+        // the page has no type. The reader's row iterator then returns that error forever.
+        const BROKEN: &[u8] = &[
+            0x50, 0x41, 0x52, 0x31, 0x00, 0x00, 0x15, 0x0a, 0x15, 0x0a, 0x2c, 0x15, 0x02, 0x15,
+            0x00, 0x15, 0x06, 0x15, 0x06, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x61, 0x19, 0x1c,
+            0x16, 0x08, 0x15, 0x2c, 0x16, 0x00, 0x00, 0x00, 0x15, 0x02, 0x19, 0x2c, 0x48, 0x01,
+            0x6d, 0x15, 0x02, 0x00, 0x15, 0x0c, 0x25, 0x00, 0x18, 0x0b, 0x69, 0x6e, 0x73, 0x74,
+            0x61, 0x6e, 0x63, 0x65, 0x5f, 0x69, 0x64, 0x25, 0x00, 0x00, 0x16, 0x02, 0x19, 0x1c,
+            0x19, 0x1c, 0x26, 0x00, 0x1c, 0x15, 0x0c, 0x19, 0x25, 0x00, 0x06, 0x19, 0x18, 0x0b,
+            0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x5f, 0x69, 0x64, 0x15, 0x00, 0x16,
+            0x02, 0x16, 0x2c, 0x16, 0x2c, 0x26, 0x08, 0x49, 0x1c, 0x15, 0x00, 0x15, 0x00, 0x15,
+            0x02, 0x00, 0x00, 0x16, 0x34, 0x15, 0x14, 0x00, 0x16, 0x2c, 0x16, 0x02, 0x26, 0x08,
+            0x16, 0x2c, 0x14, 0x00, 0x00, 0x28, 0x00, 0x19, 0x1c, 0x1c, 0x00, 0x00, 0x00, 0x67,
+            0x00, 0x00, 0x00, 0x50, 0x41, 0x52, 0x31,
+        ];
+        let dir =
+            std::env::temp_dir().join(format!("reprobench-parquet-broken-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rows.parquet");
+        std::fs::write(&path, BROKEN).unwrap();
+        let p: Parsed<SwtInstance> = load_rows(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(p.rows.is_empty());
+        assert_eq!(p.errors.len(), 1, "{:?}", p.errors);
+        assert!(p.errors[0].message.contains("not read"), "{}", p.errors[0]);
+    }
+
+    #[test]
+    #[cfg(feature = "parquet")]
+    fn a_parquet_file_the_reader_panics_on_is_not_parquet() {
+        // Found by fuzz/ (parquet_rows): a one-row file whose statistics' `is_max_value_exact`
+        // is an i32, not a bool; parquet 57's footer decoder unwraps a None on it.
+        const PANICS: &[u8] = &[
+            0x50, 0x41, 0x52, 0x31, 0x15, 0x00, 0x15, 0x0a, 0x15, 0x0a, 0x2c, 0x15, 0x02, 0x15,
+            0x00, 0x15, 0x06, 0x15, 0x06, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x61, 0x19, 0x1c,
+            0x16, 0x08, 0x15, 0x2c, 0x16, 0x00, 0x00, 0x19, 0x16, 0x02, 0x00, 0x15, 0x02, 0x19,
+            0x2c, 0x48, 0x01, 0x6d, 0x15, 0x02, 0x00, 0x15, 0x0c, 0x25, 0x00, 0x18, 0x0b, 0x69,
+            0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x5f, 0x69, 0x64, 0x25, 0x00, 0x00, 0x16,
+            0x02, 0x19, 0x1c, 0x19, 0x1c, 0x26, 0x00, 0x1c, 0x15, 0x0c, 0x19, 0x25, 0x00, 0x06,
+            0x19, 0x18, 0x0b, 0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x5f, 0x69, 0x64,
+            0x15, 0x00, 0x16, 0x02, 0x16, 0x2c, 0x16, 0x2c, 0x26, 0x08, 0x3c, 0x36, 0x00, 0x28,
+            0x01, 0x61, 0x18, 0x01, 0x61, 0x15, 0x11, 0x00, 0x19, 0x1c, 0x15, 0x00, 0x15, 0x00,
+            0x15, 0x02, 0x00, 0x3c, 0x16, 0x02, 0x00, 0x00, 0x16, 0x34, 0x15, 0x1a, 0x00, 0x16,
+            0x2c, 0x16, 0x02, 0x26, 0x08, 0x16, 0x2c, 0x14, 0x00, 0x00, 0x28, 0x00, 0x19, 0x1c,
+            0x1c, 0x00, 0x00, 0x00, 0x77, 0x00, 0x00, 0x00, 0x50, 0x41, 0x52, 0x31,
+        ];
+        let dir =
+            std::env::temp_dir().join(format!("reprobench-parquet-panics-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rows.parquet");
+        std::fs::write(&path, PANICS).unwrap();
+        let err = load_rows::<SwtInstance>(&path).unwrap_err();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(matches!(err, LoadError::NotParquet { .. }), "{err}");
     }
 
     #[test]

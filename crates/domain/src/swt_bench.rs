@@ -63,6 +63,12 @@ struct SourceBuildFix {
     why: &'static str,
 }
 
+/// pip options that SWT-bench's install commands pass and pip 26 no longer has (pip 25.3 removed
+/// the legacy `setup.py develop`/`install` paths): an environment whose commands pass one goes
+/// back to the pip of its date for them (see `EnvSpec::dated_pip_for_install`).
+pub const PIP_OPTIONS_GONE_IN_26: [&str; 3] =
+    ["--no-use-pep517", "--global-option", "--build-option"];
+
 /// See [`SourceBuildFix`].
 const SOURCE_BUILD_FIXES: [SourceBuildFix; 1] = [SourceBuildFix {
     repo: "scikit-learn/scikit-learn",
@@ -326,6 +332,7 @@ impl SwtBenchSpecs {
             locales: Vec::new(),
             build_constraints: Vec::new(),
             conda_env_files: Vec::new(),
+            dated_pip_for_install: false,
             system_packages: BUILD_SYSTEM_PACKAGES
                 .iter()
                 .find(|(r, _)| *r == repo)
@@ -391,6 +398,20 @@ impl SwtBenchSpecs {
                 env.fresh_build_tools = true;
             }
             _ => env.packages_as_of = Some(SPECS_AS_OF.into()),
+        }
+        if env.packages_as_of.is_some()
+            && let Some(option) = PIP_OPTIONS_GONE_IN_26.iter().find(|o| {
+                env.pre_install
+                    .iter()
+                    .chain(std::iter::once(&env.install))
+                    .any(|c| c.split_whitespace().any(|w| w == **o))
+            })
+        {
+            env.dated_pip_for_install = true;
+            env.left_out.push(format!(
+                "the date cap's pip for the install commands: they pass `{option}`, which pip 26 (the first with --uploaded-prior-to) no longer has, so once the packages are installed pip goes back to its newest release before {}, as SWT-bench's environment had, and whatever the install commands still resolve is not date-capped",
+                &SPECS_AS_OF[..10]
+            ));
         }
         // tox would build its own virtualenv from PyPI, and executions have no network: with
         // tox-current-env among the spec's packages, the tests run in the instance's environment.
@@ -700,5 +721,11 @@ mod tests {
         let older = s.env("scikit-learn/scikit-learn", "1.4").unwrap();
         assert!(older.build_constraints.is_empty());
         assert!(!older.system_packages.iter().any(|p| p == "gfortran"));
+        // Its install command passes --no-use-pep517 (gone in pip 26): the pip of the date installs.
+        assert!(env.install.contains("--no-use-pep517"));
+        assert!(env.dated_pip_for_install && older.dated_pip_for_install);
+        assert!(env.left_out.iter().any(|l| l.contains("--no-use-pep517")));
+        let django = s.env("django/django", "4.1").unwrap();
+        assert!(django.packages_as_of.is_some() && !django.dated_pip_for_install);
     }
 }

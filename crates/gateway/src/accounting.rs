@@ -155,6 +155,105 @@ impl TokenCounts {
     }
 }
 
+/// Prompt tokens a message may cost beyond its text (the chat template's role and separators).
+const TEMPLATE_TOKENS_PER_MESSAGE: u64 = 16;
+/// Prompt tokens an image may cost at most (a high-detail image of the largest size providers
+/// take is under 1,600 tokens at OpenAI's tile rate; other providers' are smaller).
+const TOKENS_PER_IMAGE: u64 = 2_000;
+
+/// What an admitted call holds against its task's tokens and dollars until its usage is known:
+/// its worst case, so that calls in flight together cannot overspend a budget by more than one
+/// call's reservation.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Reservation {
+    /// Prompt tokens (at most one per byte of text, as byte-level tokenizers have no token
+    /// shorter than a byte) plus the call's output limit.
+    pub tokens: u64,
+    /// Those tokens at the backbone's uncached input and output prices.
+    pub cost_usd: f64,
+}
+
+impl Reservation {
+    /// The worst case of `request` (its messages and tools) answered with up to `output_tokens`.
+    pub fn of(request: &Value, output_tokens: u64, price: &Price) -> Reservation {
+        let messages = request.get("messages").and_then(Value::as_array);
+        let text = messages.map_or(0, |m| m.iter().map(text_bytes).sum::<u64>());
+        let images = messages.map_or(0, |m| m.iter().map(images_in).sum::<u64>());
+        let tools = request
+            .get("tools")
+            .map_or(0, |t| t.to_string().len() as u64);
+        let template = messages.map_or(0, |m| m.len() as u64) * TEMPLATE_TOKENS_PER_MESSAGE;
+        let prompt = text + tools + template + images * TOKENS_PER_IMAGE;
+        Reservation {
+            tokens: prompt + output_tokens,
+            cost_usd: (prompt as f64 * price.input_per_mtok
+                + output_tokens as f64 * price.output_per_mtok)
+                / 1e6,
+        }
+    }
+
+    /// Adds `other` (a call admitted).
+    pub fn add(&mut self, other: &Reservation) {
+        self.tokens += other.tokens;
+        self.cost_usd += other.cost_usd;
+    }
+
+    /// Takes `other` away (a call whose usage is now known).
+    pub fn release(&mut self, other: &Reservation) {
+        self.tokens = self.tokens.saturating_sub(other.tokens);
+        self.cost_usd = (self.cost_usd - other.cost_usd).max(0.0);
+    }
+}
+
+/// Bytes of the text a model reads in `v` (see [`text_chars`]).
+fn text_bytes(v: &Value) -> u64 {
+    match v {
+        Value::Array(items) => items.iter().map(text_bytes).sum(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| match (k.as_str(), v) {
+                ("content" | "text" | "arguments" | "reasoning_content", Value::String(s)) => {
+                    s.len() as u64
+                }
+                _ => text_bytes(v),
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// Images (`image_url` parts) in `v`.
+fn images_in(v: &Value) -> u64 {
+    match v {
+        Value::Array(items) => items.iter().map(images_in).sum(),
+        Value::Object(map) => {
+            u64::from(map.get("type").and_then(Value::as_str) == Some("image_url"))
+                + map.values().map(images_in).sum::<u64>()
+        }
+        _ => 0,
+    }
+}
+
+/// Request fields that limit a completion's output tokens, the current one first.
+const OUTPUT_LIMIT_FIELDS: [&str; 2] = ["max_completion_tokens", "max_tokens"];
+
+/// Makes `request` ask for at most `cap` output tokens: a limit it sets above `cap` is lowered
+/// to it, and a request without one gets `max_tokens = cap`. Returns the limit it now has.
+pub fn cap_output_tokens(request: &mut serde_json::Map<String, Value>, cap: u64) -> u64 {
+    let mut limit = None;
+    for field in OUTPUT_LIMIT_FIELDS {
+        if let Some(value) = request.get_mut(field) {
+            let asked = value.as_u64().unwrap_or(u64::MAX).min(cap);
+            *value = Value::from(asked);
+            limit = Some(limit.map_or(asked, |l: u64| l.min(asked)));
+        }
+    }
+    limit.unwrap_or_else(|| {
+        request.insert("max_tokens".into(), Value::from(cap));
+        cap
+    })
+}
+
 /// Per-task limits checked before each call; `None` means unlimited.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TaskBudget {
@@ -196,8 +295,16 @@ impl TaskBudget {
         &self,
         used: &Usage,
         in_flight: u64,
+        reserved: &Reservation,
         elapsed: Duration,
     ) -> Result<(), BudgetExhausted> {
+        let held = |what: String, reserved: bool| {
+            if reserved {
+                format!("{what}, with what calls in flight may still use")
+            } else {
+                what
+            }
+        };
         if let Some(limit) = self.max_calls {
             let calls = used.calls + used.failed_calls + in_flight;
             if calls >= limit {
@@ -209,21 +316,24 @@ impl TaskBudget {
             }
         }
         if let Some(limit) = self.max_tokens {
-            let tokens = used.tokens_in + used.tokens_out;
+            let tokens = used.tokens_in + used.tokens_out + reserved.tokens;
             if tokens >= limit {
                 return Err(BudgetExhausted {
                     which: "tokens",
-                    used: format!("{tokens} tokens"),
+                    used: held(format!("{tokens} tokens"), reserved.tokens > 0),
                     limit: format!("{limit} tokens"),
                 });
             }
         }
         if let Some(limit) = self.max_cost_usd
-            && used.cost_usd >= limit
+            && used.cost_usd + reserved.cost_usd >= limit
         {
             return Err(BudgetExhausted {
                 which: "cost",
-                used: format!("${:.4}", used.cost_usd),
+                used: held(
+                    format!("${:.4}", used.cost_usd + reserved.cost_usd),
+                    reserved.cost_usd > 0.0,
+                ),
                 limit: format!("${limit:.4}"),
             });
         }
@@ -277,7 +387,9 @@ mod tests {
             ..TaskBudget::default()
         };
         assert_eq!(
-            budget.check(&usage, 0, Duration::ZERO).map_err(|b| b.which),
+            budget
+                .check(&usage, 0, &Reservation::default(), Duration::ZERO)
+                .map_err(|b| b.which),
             Err("cost"),
         );
     }
@@ -339,8 +451,14 @@ mod tests {
             calls: 2,
             ..Usage::default()
         };
-        assert!(budget.check(&used, 0, Duration::ZERO).is_ok());
-        let err = budget.check(&used, 1, Duration::ZERO).unwrap_err();
+        assert!(
+            budget
+                .check(&used, 0, &Reservation::default(), Duration::ZERO)
+                .is_ok()
+        );
+        let err = budget
+            .check(&used, 1, &Reservation::default(), Duration::ZERO)
+            .unwrap_err();
         assert_eq!(err.which, "calls");
         assert_eq!(
             err.message("t1"),
@@ -349,28 +467,84 @@ mod tests {
         used.tokens_in = 60;
         used.tokens_out = 40;
         assert_eq!(
-            budget.check(&used, 0, Duration::ZERO).unwrap_err().which,
+            budget
+                .check(&used, 0, &Reservation::default(), Duration::ZERO)
+                .unwrap_err()
+                .which,
             "tokens"
         );
         used.tokens_in = 0;
         used.cost_usd = 0.5;
         assert_eq!(
-            budget.check(&used, 0, Duration::ZERO).unwrap_err().which,
+            budget
+                .check(&used, 0, &Reservation::default(), Duration::ZERO)
+                .unwrap_err()
+                .which,
             "cost"
         );
         used.cost_usd = 0.0;
         assert_eq!(
             budget
-                .check(&used, 0, Duration::from_secs(10))
+                .check(&used, 0, &Reservation::default(), Duration::from_secs(10))
                 .unwrap_err()
                 .which,
             "time"
         );
         assert!(
             TaskBudget::default()
-                .check(&used, 99, Duration::MAX)
+                .check(&used, 99, &Reservation::default(), Duration::MAX)
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn calls_in_flight_hold_their_worst_case_against_tokens_and_cost() {
+        let request = json!({"messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "héllo"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            ]},
+        ]});
+        let one = Reservation::of(&request, 100, &price());
+        // 6 bytes of text, one message's template, one image, 100 out.
+        let prompt = 6 + TEMPLATE_TOKENS_PER_MESSAGE + TOKENS_PER_IMAGE;
+        assert_eq!(one.tokens, prompt + 100);
+        assert!((one.cost_usd - (prompt as f64 * 2.0 + 100.0 * 8.0) / 1e6).abs() < 1e-12);
+        let budget = TaskBudget {
+            max_tokens: Some(2 * one.tokens),
+            ..TaskBudget::default()
+        };
+        let used = Usage::default();
+        let mut held = Reservation::default();
+        // A call is admitted while the calls in flight leave room, whatever its own size.
+        assert!(budget.check(&used, 0, &held, Duration::ZERO).is_ok());
+        held.add(&one);
+        assert!(budget.check(&used, 1, &held, Duration::ZERO).is_ok());
+        held.add(&one);
+        let refused = budget.check(&used, 2, &held, Duration::ZERO).unwrap_err();
+        assert_eq!(refused.which, "tokens");
+        assert!(refused.used.contains("in flight"), "{refused:?}");
+        held.release(&one);
+        held.release(&one);
+        assert_eq!(held, Reservation::default());
+    }
+
+    #[test]
+    fn a_request_gets_an_output_limit_no_higher_than_the_cap() {
+        let mut none = json!({"messages": []}).as_object().unwrap().clone();
+        assert_eq!(cap_output_tokens(&mut none, 500), 500);
+        assert_eq!(none["max_tokens"], 500);
+        let mut high = json!({"max_completion_tokens": 100000, "max_tokens": 50})
+            .as_object()
+            .unwrap()
+            .clone();
+        assert_eq!(cap_output_tokens(&mut high, 500), 50);
+        assert_eq!(high["max_completion_tokens"], 500);
+        assert_eq!(high["max_tokens"], 50);
+        // Not a number: the cap.
+        let mut odd = json!({"max_tokens": "lots"}).as_object().unwrap().clone();
+        assert_eq!(cap_output_tokens(&mut odd, 500), 500);
+        assert_eq!(odd["max_tokens"], 500);
     }
 
     #[test]

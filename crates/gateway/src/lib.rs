@@ -17,7 +17,7 @@ pub mod sse;
 pub mod transcript;
 pub mod upstream;
 
-pub use accounting::{TaskBudget, TokenCounts, Usage};
+pub use accounting::{Reservation, TaskBudget, TokenCounts, Usage};
 
 use axum::serve::ListenerExt;
 use metrics::Metrics;
@@ -52,7 +52,17 @@ pub struct GatewayConfig {
     /// sweep names with keys from the node's environment); `None`: no limit (the standalone
     /// gateway, whose backbones come from its operator's own file).
     pub upstream_policy: Option<UpstreamPolicy>,
+    /// The most output tokens a call may ask for when its task has a tokens or cost budget
+    /// (`None`: [`DEFAULT_MAX_OUTPUT_TOKENS`]): calls asking more, or nothing, are given this
+    /// limit, which is what an admitted call reserves until its usage is known.
+    pub max_output_tokens: Option<u64>,
+    /// The bearer key that lets clients on other machines read `/v1/usage` and `/metrics`
+    /// (`None`: only this machine's clients may, over loopback).
+    pub stats_key: Option<String>,
 }
+
+/// See [`GatewayConfig::max_output_tokens`]: the output limit of today's large models.
+pub const DEFAULT_MAX_OUTPUT_TOKENS: u64 = 32_768;
 
 /// The environment variables a sweep's backbones may read their key from, and the hosts they may
 /// reach over plain http (besides this machine). Any https:// host may be named: the key goes
@@ -199,6 +209,8 @@ pub(crate) struct Task {
 pub(crate) struct TaskState {
     pub usage: Usage,
     pub in_flight: u64,
+    /// The worst cases of the calls in flight (see [`Reservation`]).
+    pub reserved: Reservation,
     /// Closed: its usage was handed back and retired; calls still finishing charge the
     /// retired figures too.
     pub closed: bool,
@@ -315,6 +327,7 @@ impl Shared {
                     ..Usage::default()
                 },
                 in_flight: 0,
+                reserved: Reservation::default(),
                 closed: false,
             }),
             transcript,
@@ -499,6 +512,7 @@ impl Gateway {
         let app = server::router(shared.clone());
         let stopped = stop.clone();
         let server = tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
             let serve = axum::serve(listener, app)
                 .with_graceful_shutdown(async move { stopped.notified().await });
             if let Err(e) = serve.await {

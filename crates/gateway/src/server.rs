@@ -1,20 +1,22 @@
 //! HTTP routes: chat completions (forwarded, streamed or replayed), usage, models, metrics.
 
-use super::accounting::{TokenCounts, Usage};
+use super::accounting::{Reservation, TokenCounts, Usage, cap_output_tokens};
 use super::replay::request_hash;
 use super::sse::{SseParser, chunks_to_completion, completion_to_chunks, encode_sse};
 use super::transcript::TranscriptLine;
 use super::upstream::Forwarded;
-use super::{Shared, Task, lock};
+use super::{DEFAULT_MAX_OUTPUT_TOKENS, Shared, Task, lock};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
+use reprobench_domain::secret::same_secret;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -124,18 +126,21 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Marks a call in flight for its task and the gauge; undone on drop.
+/// Marks a call in flight for its task and the gauge, holding its reservation; undone on drop
+/// (after the call's usage is charged).
 struct InFlight {
     shared: AppState,
     task: Arc<Task>,
+    reservation: Reservation,
 }
 
 impl InFlight {
-    fn new(shared: &AppState, task: &Arc<Task>) -> InFlight {
+    fn new(shared: &AppState, task: &Arc<Task>, reservation: Reservation) -> InFlight {
         lock(&shared.metrics).add_in_flight(1);
         InFlight {
             shared: shared.clone(),
             task: task.clone(),
+            reservation,
         }
     }
 }
@@ -144,6 +149,7 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         let mut state = lock(&self.task.state);
         state.in_flight = state.in_flight.saturating_sub(1);
+        state.reserved.release(&self.reservation);
         drop(state);
         lock(&self.shared.metrics).add_in_flight(-1);
     }
@@ -263,20 +269,39 @@ async fn chat_completions(
     };
     let stream = request.get("stream").and_then(Value::as_bool) == Some(true);
     rewrite_request(&mut request, &task, stream);
+    // A call that tokens or dollars are counted against holds its worst case while in flight,
+    // and that worst case is bounded: its output limit is at most the gateway's cap.
+    let reservation = if task.budget.max_tokens.is_some() || task.budget.max_cost_usd.is_some() {
+        let cap = shared
+            .config
+            .max_output_tokens
+            .unwrap_or(DEFAULT_MAX_OUTPUT_TOKENS);
+        let output = cap_output_tokens(&mut request, cap);
+        Reservation::of(
+            &Value::Object(request.clone()),
+            output,
+            &task.backbone.price,
+        )
+    } else {
+        Reservation::default()
+    };
     {
         let mut state = lock(&task.state);
-        if let Err(exhausted) =
-            task.budget
-                .check(&state.usage, state.in_flight, task.opened.elapsed())
-        {
+        if let Err(exhausted) = task.budget.check(
+            &state.usage,
+            state.in_flight,
+            &state.reserved,
+            task.opened.elapsed(),
+        ) {
             state.usage.budget_rejections += 1;
             drop(state);
             lock(&shared.metrics).record_budget_rejection(&task.backbone.name);
             return error_response(402, "budget_exceeded", &exhausted.message(&task.name));
         }
         state.in_flight += 1;
+        state.reserved.add(&reservation);
     }
-    let in_flight = InFlight::new(&shared, &task);
+    let in_flight = InFlight::new(&shared, &task, reservation);
     let request = Value::Object(request);
     let hash = request_hash(&request);
     let call = CallRecord {
@@ -534,7 +559,37 @@ struct UsageQuery {
     per_task: bool,
 }
 
-async fn usage(State(shared): State<AppState>, Query(query): Query<UsageQuery>) -> Response {
+/// Why `peer` may not read the gateway's usage and metrics (every task's names and figures):
+/// clients on this machine may, others only with the stats key.
+fn stats_refusal(shared: &Shared, peer: SocketAddr, headers: &HeaderMap) -> Option<Response> {
+    if peer.ip().is_loopback() {
+        return None;
+    }
+    let key = shared.config.stats_key.as_deref();
+    match (key, bearer(headers)) {
+        (Some(key), Some(given)) if same_secret(given.as_bytes(), key.as_bytes()) => None,
+        (Some(_), _) => Some(error_response(
+            401,
+            "invalid_api_key",
+            "/v1/usage and /metrics need the gateway's stats key from other machines: send `Authorization: Bearer <key>` with the value of the variable the gateway was started with (--stats-key-env)",
+        )),
+        (None, _) => Some(error_response(
+            403,
+            "forbidden",
+            "/v1/usage and /metrics answer clients on the gateway's own machine only: read them there, or start the gateway with --stats-key-env VAR and send that key",
+        )),
+    }
+}
+
+async fn usage(
+    State(shared): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(query): Query<UsageQuery>,
+) -> Response {
+    if let Some(refusal) = stats_refusal(&shared, peer, &headers) {
+        return refusal;
+    }
     let mut body = serde_json::to_value(shared.totals()).unwrap_or_else(|_| json!({}));
     if query.per_task {
         body["tasks"] = serde_json::to_value(shared.usage_by_task()).unwrap_or_else(|_| json!({}));
@@ -551,7 +606,14 @@ async fn models(State(shared): State<AppState>) -> Response {
     json_response(200, &json!({"object": "list", "data": data}))
 }
 
-async fn metrics(State(shared): State<AppState>) -> Response {
+async fn metrics(
+    State(shared): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refusal) = stats_refusal(&shared, peer, &headers) {
+        return refusal;
+    }
     let text = lock(&shared.metrics).render();
     (
         [(

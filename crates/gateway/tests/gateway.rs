@@ -694,6 +694,133 @@ async fn backbone_concurrency_limit_is_shared_by_tasks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_overspend_a_budget_by_at_most_one_reservation() {
+    // Each answer is 10 in + 5 out tokens, and comes late: every call is in flight at once.
+    let upstream = ScriptedUpstream::start(|_| ScriptedReply::Slow {
+        delay: Duration::from_millis(300),
+        then: Box::new(ScriptedReply::text("fine")),
+    })
+    .await;
+    let gw = start(GatewayConfig::default()).await;
+    let spec = backbone("gpt", &upstream.base_url());
+    let limit = 100;
+    let budget = TaskBudget {
+        max_tokens: Some(limit),
+        ..TaskBudget::default()
+    };
+    let key = gw.open_task("burst", &spec, budget, None).unwrap();
+    let request =
+        json!({"model": "m", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]});
+    let reservation = reprobench_gateway::Reservation::of(&request, 20, &spec.price).tokens;
+    let calls: Vec<_> = (0..12)
+        .map(|_| {
+            let (gw, key, request) = (gw.clone(), key.clone(), request.clone());
+            tokio::spawn(async move { chat(&gw, &key, &request).await.0 })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for call in calls {
+        statuses.push(call.await.unwrap());
+    }
+    let used = gw.task_usage(&key).unwrap();
+    let spent = used.tokens_in + used.tokens_out;
+    assert!(
+        spent <= limit + reservation,
+        "{spent} tokens spent of a {limit}-token budget by concurrent calls ({statuses:?})"
+    );
+    assert!(statuses.contains(&402), "{statuses:?}");
+    assert_eq!(used.calls as usize, upstream.requests().len());
+    // The reservations are given back: the task's next call is admitted on what it used.
+    assert_eq!(chat(&gw, &key, &request).await.0, 200);
+    gw.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budgeted_call_asks_the_upstream_for_no_more_than_the_gateways_output_cap() {
+    let upstream = ScriptedUpstream::start(|_| ScriptedReply::text("fine")).await;
+    let gw = start(GatewayConfig {
+        max_output_tokens: Some(256),
+        ..GatewayConfig::default()
+    })
+    .await;
+    let spec = backbone("gpt", &upstream.base_url());
+    let budgeted = TaskBudget {
+        max_cost_usd: Some(1.0),
+        ..TaskBudget::default()
+    };
+    let key = gw.open_task("capped", &spec, budgeted, None).unwrap();
+    let free = gw
+        .open_task("free", &spec, TaskBudget::default(), None)
+        .unwrap();
+    let mut greedy = ask("write a novel");
+    greedy["max_completion_tokens"] = json!(1_000_000);
+    assert_eq!(chat(&gw, &key, &ask("hi")).await.0, 200);
+    assert_eq!(chat(&gw, &key, &greedy).await.0, 200);
+    assert_eq!(chat(&gw, &free, &greedy).await.0, 200);
+    let seen: Vec<Value> = upstream.requests().into_iter().map(|r| r.body).collect();
+    assert_eq!(seen[0]["max_tokens"], 256);
+    assert_eq!(seen[1]["max_completion_tokens"], 256);
+    // Without a tokens or cost budget nothing is reserved, and the request goes as asked.
+    assert_eq!(seen[2]["max_completion_tokens"], 1_000_000);
+    assert!(seen[2].get("max_tokens").is_none());
+    gw.shutdown().await;
+}
+
+/// This machine's address on its network (not loopback): where other machines reach it.
+fn network_address() -> std::net::IpAddr {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    // No packet is sent: connecting a UDP socket only picks the route and the local address.
+    probe
+        .connect("10.255.255.254:9")
+        .expect("this test needs a network interface besides loopback (a route to 10.0.0.0/8 or a default route)");
+    let ip = probe.local_addr().unwrap().ip();
+    assert!(!ip.is_loopback(), "{ip}");
+    ip
+}
+
+async fn stats_status(url: String, key: Option<&str>) -> u16 {
+    let mut request = client().get(url);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_and_metrics_answer_other_machines_only_with_the_stats_key() {
+    let ip = network_address();
+    for stats_key in [None, Some("stats-secret-0123")] {
+        let gw = Gateway::start(
+            "0.0.0.0:0".parse().unwrap(),
+            GatewayConfig {
+                stats_key: stats_key.map(str::to_string),
+                ..GatewayConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+        let port = gw.local_addr().port();
+        for path in ["/v1/usage?per_task=true", "/metrics"] {
+            let here = format!("http://127.0.0.1:{port}{path}");
+            let there = format!("http://{ip}:{port}{path}");
+            assert_eq!(stats_status(here, None).await, 200, "{path} on loopback");
+            match stats_key {
+                None => {
+                    assert_eq!(stats_status(there.clone(), None).await, 403, "{path}");
+                    assert_eq!(stats_status(there, Some("guess")).await, 403, "{path}");
+                }
+                Some(key) => {
+                    assert_eq!(stats_status(there.clone(), None).await, 401, "{path}");
+                    assert_eq!(stats_status(there.clone(), Some("guess")).await, 401);
+                    assert_eq!(stats_status(there, Some(key)).await, 200, "{path}");
+                }
+            }
+        }
+        gw.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn open_mode_charges_each_token_as_its_own_task() {
     let upstream = ScriptedUpstream::start(|_| ScriptedReply::text("hi")).await;
     let gw = start(GatewayConfig {

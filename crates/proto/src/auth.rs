@@ -19,7 +19,7 @@ pub type AuthedChannel = InterceptedService<Channel, TokenInterceptor>;
 pub enum ClientError {
     /// The token file cannot be read.
     #[error(
-        "cannot read the join token from {path}: {source}. The coordinator writes it when `reprobench serve` first starts (DATA_DIR/token); copy it here and pass --token-file"
+        "cannot read the credential from {path}: {source}. The coordinator writes its admin credential when `reprobench serve` first starts (DATA_DIR/token), and `reprobench credential add --data DATA_DIR` makes node and client credentials there; copy one here and pass --token-file"
     )]
     TokenFile {
         /// The file that was tried.
@@ -29,7 +29,7 @@ pub enum ClientError {
     },
     /// The token file holds no usable token.
     #[error(
-        "the token file {0} is empty or not plain text; copy the coordinator's DATA_DIR/token again"
+        "the credential file {0} is empty or not plain text; copy the credential again (the admin one is the coordinator's DATA_DIR/token)"
     )]
     BadToken(PathBuf),
     /// The URL is malformed.

@@ -109,6 +109,9 @@ pub(crate) const BUILD_TOOLS: [&str; 4] = ["--upgrade", "pip", "setuptools", "wh
 pub(crate) const PIP_DATE_CAP_VAR: &str = "PIP_UPLOADED_PRIOR_TO";
 /// The pip that has `--uploaded-prior-to`: 26 and later, which need Python 3.9+.
 pub(crate) const PIP_WITH_DATE_CAP: &str = "pip>=26";
+/// What puts back the newest pip before the date cap (`pip install …` under
+/// [`PIP_DATE_CAP_VAR`]): the installed, newer pip is not a candidate once reinstalling is forced.
+pub(crate) const DATED_PIP: [&str; 3] = ["--force-reinstall", "--no-deps", "pip"];
 /// pip's environment variable for `--build-constraint` ([`EnvRecipe::build_constraints`]).
 pub(crate) const PIP_BUILD_CONSTRAINT_VAR: &str = "PIP_BUILD_CONSTRAINT";
 
@@ -157,6 +160,9 @@ pub struct EnvRecipe {
     pub system_packages: Vec<String>,
     /// pip constraints of source builds (see `EnvSpec::build_constraints`).
     pub build_constraints: Vec<String>,
+    /// Go back to the newest pip of `packages_as_of` once the packages are installed (see
+    /// `EnvSpec::dated_pip_for_install`).
+    pub dated_pip_for_install: bool,
 }
 
 impl EnvRecipe {
@@ -190,6 +196,9 @@ impl EnvRecipe {
                 "--build-constraints={}",
                 self.build_constraints.join(",")
             ));
+        }
+        if self.dated_pip_for_install {
+            packages.push("--dated-pip-for-install".into());
         }
         if !self.system_packages.is_empty() {
             // An image installs those its base lacks.

@@ -2,8 +2,8 @@
 //! and telling a recipe's own failure (final) from the machinery's (retry elsewhere).
 
 use super::super::{
-    BUILD_TOOLS, EnvRecipe, PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP,
-    SandboxError,
+    BUILD_TOOLS, DATED_PIP, EnvRecipe, PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR,
+    PIP_WITH_DATE_CAP, SandboxError,
 };
 use super::{KEY_LABEL, LAYER_LABEL, PARENT_LABEL, WORKDIR};
 use bollard::Docker;
@@ -372,6 +372,16 @@ pub(super) fn env_layer(
                 format!("python -m pip install --no-cache-dir -r /etc/reprobench/{file}"),
             ));
         }
+    }
+    if recipe.packages_as_of.is_some() && recipe.dated_pip_for_install {
+        // The date cap now picks the newest pip before it, which the install commands run.
+        pieces.push((
+            Origin::Packages,
+            format!(
+                "python -m pip install --no-cache-dir {}",
+                DATED_PIP.join(" ")
+            ),
+        ));
     }
     l.script(pieces);
     l.label();

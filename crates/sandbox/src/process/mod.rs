@@ -12,8 +12,8 @@ use super::python::{
 };
 use super::system_packages;
 use super::{
-    BUILD_TOOLS, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest, PIP_BUILD_CONSTRAINT_VAR,
-    PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError,
+    BUILD_TOOLS, DATED_PIP, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest,
+    PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError,
 };
 use crate::BoxFuture;
 use crate::ExecutorKind;
@@ -396,6 +396,19 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
             if !recipe.pip_packages.is_empty() {
                 let what = format!("pip install {}", recipe.pip_packages.join(" "));
                 pip_install(&dir, &recipe.pip_packages, &what, &env)?;
+            }
+            if let Some(date) = recipe
+                .packages_as_of
+                .as_ref()
+                .filter(|_| recipe.dated_pip_for_install)
+            {
+                // The date cap now picks the newest pip before it, which the install commands run.
+                pip_install(
+                    &dir,
+                    &DATED_PIP.map(String::from),
+                    &format!("going back to the pip of {date} for the install commands"),
+                    &env,
+                )?;
             }
             std::fs::write(&marker, b"").map_err(|e| infra("marking the venv ready", e))
         },

@@ -58,7 +58,9 @@ fn add_object(into: &mut LineCounts, v: &serde_json::Value, strip: &str) -> bool
             let (Ok(line), Some(count)) = (line.trim().parse::<i64>(), count.as_i64()) else {
                 continue;
             };
-            *file.entry(line).or_insert(0) += count;
+            // Saturating: the counts come from the run (a test can write any line there).
+            let total = file.entry(line).or_insert(0);
+            *total = total.saturating_add(count);
         }
     }
     true
@@ -154,22 +156,23 @@ pub fn changed_lines(patch: &str) -> (Vec<Line>, Vec<Line>) {
         let line = line.strip_suffix('\r').unwrap_or(line);
         if src_left > 0 || tgt_left > 0 {
             match line.chars().next() {
+                // Saturating: a hunk header may carry any i64 (`@@ -9223372036854775807 ...`).
                 Some('-') => {
                     removed.push((source.clone(), src_no));
-                    src_no += 1;
-                    src_left -= 1;
+                    src_no = src_no.saturating_add(1);
+                    src_left = src_left.saturating_sub(1);
                 }
                 Some('+') => {
                     added.push((target.clone(), tgt_no));
-                    tgt_no += 1;
-                    tgt_left -= 1;
+                    tgt_no = tgt_no.saturating_add(1);
+                    tgt_left = tgt_left.saturating_sub(1);
                 }
                 Some('\\') => {}
                 Some(' ') | None => {
-                    src_no += 1;
-                    tgt_no += 1;
-                    src_left -= 1;
-                    tgt_left -= 1;
+                    src_no = src_no.saturating_add(1);
+                    tgt_no = tgt_no.saturating_add(1);
+                    src_left = src_left.saturating_sub(1);
+                    tgt_left = tgt_left.saturating_sub(1);
                 }
                 Some(_) => {
                     src_left = 0;
@@ -367,6 +370,19 @@ mod tests {
         assert_eq!(removed, vec![f(2), f(10)]);
         assert_eq!(added, vec![f(2), f(3), f(4), f(11)]);
         assert_eq!(changed_files(PATCH), vec!["pkg/m.py"]);
+    }
+
+    #[test]
+    fn extreme_hunk_numbers_and_counts_saturate() {
+        // Found writing fuzz/ (diff_reader, jsonl_rows targets): these overflowed i64 and panicked.
+        let (removed, _) = changed_lines("@@ -9223372036854775807 +1 @@\n-x\n-y\n");
+        let f = |n: i64| (String::new(), n);
+        assert_eq!(removed, vec![f(i64::MAX), f(i64::MAX)]);
+        let (removed, added) = changed_lines("@@ -1,-9223372036854775808 +1 @@\n x\n+y\n");
+        assert_eq!((removed, added), (vec![], vec![]));
+        let counts =
+            from_tracer_lines("{\"a.py\":{\"1\":9223372036854775807}}\n{\"a.py\":{\"1\":1}}\n");
+        assert_eq!(counts["a.py"][&1], i64::MAX);
     }
 
     #[test]
