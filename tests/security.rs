@@ -428,27 +428,23 @@ fn each_credential_does_only_what_its_role_allows() {
             .await
             .unwrap_err();
         assert_eq!(err.code(), Code::PermissionDenied, "{}", err.message());
-        let submit = |token: String| {
-            async move {
-                RunServiceClient::new(with(&token))
-                    .submit_run(SubmitRunRequest {
-                        sweep_toml: sweep.into(),
-                        ..Default::default()
-                    })
-                    .await
-                    .map(|r| r.into_inner().run_id)
-            }
+        let submit = |token: String| async move {
+            RunServiceClient::new(with(&token))
+                .submit_run(SubmitRunRequest {
+                    sweep_toml: sweep.into(),
+                    ..Default::default()
+                })
+                .await
+                .map(|r| r.into_inner().run_id)
         };
         let err = submit(node_x.clone()).await.unwrap_err();
         assert_eq!(err.code(), Code::PermissionDenied);
         // Alice's run: Bob may not cancel it, Alice may.
         let run = submit(alice.clone()).await.unwrap();
-        let cancel = |token: String, run_id: String| {
-            async move {
-                RunServiceClient::new(with(&token))
-                    .cancel_run(CancelRunRequest { run_id })
-                    .await
-            }
+        let cancel = |token: String, run_id: String| async move {
+            RunServiceClient::new(with(&token))
+                .cancel_run(CancelRunRequest { run_id })
+                .await
         };
         let err = cancel(bob.clone(), run.clone()).await.unwrap_err();
         assert_eq!(err.code(), Code::PermissionDenied, "{}", err.message());
