@@ -34,6 +34,7 @@ pub fn address_of(t: &Target) -> Result<CoordinatorAddress> {
             url: url.clone(),
             token: read_token(token_file)?,
             tls_ca: t.tls_ca.clone(),
+            tls_server_name: t.tls_server_name.clone(),
         });
     }
     let data = data_dir(t);
@@ -52,6 +53,7 @@ pub fn address_of(t: &Target) -> Result<CoordinatorAddress> {
         url,
         token: read_token(&token_file)?,
         tls_ca: t.tls_ca.clone(),
+        tls_server_name: t.tls_server_name.clone(),
     })
 }
 

@@ -107,6 +107,7 @@ impl LocalCluster {
             url,
             token: coordinator.token.clone(),
             tls_ca: None,
+            tls_server_name: None,
         };
         Ok(LocalCluster {
             coordinator: Some(coordinator),

@@ -104,6 +104,10 @@ struct Target {
     /// CA certificate (PEM) for an https coordinator.
     #[arg(long, value_name = "F")]
     tls_ca: Option<PathBuf>,
+    /// The name the coordinator's certificate carries, when --coordinator reaches it by another
+    /// (an IP address, or 127.0.0.1 through `kubectl port-forward`).
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    tls_server_name: Option<String>,
 }
 
 /// Where SWT executors find repositories and keep caches (for `node`, and the local nodes of
@@ -545,14 +549,12 @@ struct NodeArgs {
     /// CA certificate (PEM) for an https coordinator.
     #[arg(long, value_name = "F")]
     tls_ca: Option<PathBuf>,
+    /// The name the coordinator's certificate carries, when --coordinator reaches it by another.
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    tls_server_name: Option<String>,
     /// On SIGTERM, wait this long for running attempts before handing them back.
     #[arg(long, value_name = "S", default_value_t = 600)]
     drain_timeout_s: u64,
-    /// Run as a Kubernetes pod (the Helm chart sets it): keep this pod's
-    /// controller.kubernetes.io/pod-deletion-cost at its running attempts, so a scale-in removes
-    /// idle pods first. The pod is POD_NAME in POD_NAMESPACE (the downward API).
-    #[arg(long)]
-    kubernetes: bool,
     /// The node's settings as one JSON value, in place of the flags below: how `run`, `eval`
     /// and `quickstart` start their local nodes.
     #[arg(long, value_name = "JSON", hide = true, conflicts_with = "SwtNodeArgs")]
@@ -795,6 +797,15 @@ async fn serve(a: ServeArgs) -> Result<()> {
             coordinator.core(),
         );
         tokio::spawn(async move { kubernetes::watch_node_pods(c, &ns, &selector, core).await });
+        let (c, ns, selector, core) = (
+            client.clone(),
+            namespace.clone(),
+            a.node_pod_selector.clone(),
+            coordinator.core(),
+        );
+        tokio::spawn(async move {
+            kubernetes::keep_deletion_costs(c, &ns, &selector, core, Duration::from_secs(2)).await
+        });
         if !a.scale.is_empty() {
             let (pools, core) = (a.scale.clone(), coordinator.core());
             let delay = Duration::from_secs(a.scale_down_delay_s);
@@ -825,6 +836,7 @@ async fn node(a: NodeArgs) -> Result<()> {
             url: a.coordinator,
             token,
             tls_ca: a.tls_ca,
+            tls_server_name: a.tls_server_name,
         },
         node_id: a.name.unwrap_or_else(|| {
             format!(
@@ -841,39 +853,12 @@ async fn node(a: NodeArgs) -> Result<()> {
                 .context("--settings-json: not the node settings this binary writes")?,
             None => a.swt.settings(),
         },
-        running_count: None,
     };
     let mut cfg = cfg;
     // What this binary ships is what counts as reprobench's own environments.
     cfg.swt.code.shipped_envs = std::sync::Arc::new(reprobench_domain::swt::shipped_env_commands(
         crate::bundled::files().iter().copied(),
     ));
-    if a.kubernetes {
-        let var = |name: &str| {
-            std::env::var(name).map_err(|_| {
-                anyhow::anyhow!(
-                    "--kubernetes: {name} is not set; give the pod `env: - name: {name}, valueFrom: fieldRef: fieldPath: metadata.{}` (the Helm chart does)",
-                    if name == "POD_NAME" { "name" } else { "namespace" }
-                )
-            })
-        };
-        let (pod, namespace) = (var("POD_NAME")?, var("POD_NAMESPACE")?);
-        let client = kube::Client::try_default().await.context(
-            "--kubernetes: cannot reach the Kubernetes API with this pod's service account",
-        )?;
-        let (tx, rx) = tokio::sync::watch::channel(0usize);
-        cfg.running_count = Some(std::sync::Arc::new(tx));
-        tokio::spawn(async move {
-            reprobench_agent_node::kubernetes::keep_deletion_cost(
-                client,
-                &namespace,
-                &pod,
-                rx,
-                Duration::from_secs(2),
-            )
-            .await
-        });
-    }
     reprobench_agent_node::run_node(cfg, reprobench_agent_node::runtime::stop_signals()).await?;
     Ok(())
 }

@@ -231,6 +231,27 @@ fn a_tls_cluster_runs_and_plain_clients_are_told_what_to_pass() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--tls-ca"));
+
+    // --tls-server-name: the name checked is the one given (a port-forward, a pod's IP), not
+    // the URL's host; a name the certificate does not carry is refused.
+    let ca = c.client_args[1].clone();
+    let status_as = |name: &str| {
+        c.cli(&[
+            "status",
+            "--coordinator",
+            &c.url,
+            "--token-file",
+            token.to_str().unwrap(),
+            "--tls-ca",
+            &ca,
+            "--tls-server-name",
+            name,
+        ])
+        .status
+        .success()
+    };
+    assert!(status_as("localhost"));
+    assert!(!status_as("coordinator.elsewhere.example"));
 }
 
 /// A node started without `--allow-*` flags runs no agent command and no environment command a
@@ -552,4 +573,39 @@ fn a_data_directory_with_a_join_token_upgrades_to_credentials() {
     });
     let client = add_credential(&c, &["--role", "client"]);
     assert!(client.starts_with("rb-client-"));
+}
+
+/// A sweep larger than the coordinator takes is refused before it is expanded, over the
+/// protocol, naming the limit and the flag; nothing is created.
+#[test]
+fn a_sweep_over_the_task_limit_is_refused_naming_the_flag() {
+    let c = Cluster::start_with(
+        tempfile::tempdir().unwrap(),
+        2_000,
+        200,
+        vec!["--max-sweep-tasks".into(), "100".into()],
+        vec![],
+    );
+    let token = std::fs::read_to_string(c.token_file()).unwrap();
+    runtime().block_on(async {
+        let ch = channel(&c.url).await;
+        let mut runs = RunServiceClient::new(InterceptedService::new(
+            ch,
+            TokenInterceptor::new(token.trim()),
+        ));
+        let sweep = |tasks: u32, repeats: u32| SubmitRunRequest {
+            sweep_toml: format!(
+                "name='big'\ndatasets=['synthetic:{tasks}:1000']\nrepeats={repeats}\n[[agents]]\nname='synthetic'\n"
+            ),
+            ..Default::default()
+        };
+        let err = runs.submit_run(sweep(60, 2)).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{}", err.message());
+        assert!(err.message().contains("120 tasks"), "{}", err.message());
+        assert!(err.message().contains("--max-sweep-tasks"), "{}", err.message());
+        let listed = runs.list_runs(ListRunsRequest {}).await.unwrap().into_inner();
+        assert!(listed.runs.is_empty(), "{listed:?}");
+        // At the limit: taken.
+        runs.submit_run(sweep(50, 2)).await.unwrap();
+    });
 }

@@ -64,6 +64,8 @@ COMBINATIONS = {
     "existing-secret": {"token": {"existingSecret": "team-token", "key": "join"}},
     "builtin-scaler": {"autoscaling": {"engine": "builtin"}, "pools": {"docker": {"autoscaling": {"enabled": True, "maxReplicas": 3}}}},
     "no-kubernetes-api": {"kubernetes": {"enabled": False}, "metrics": {"enabled": False}},
+    "tls-off": {"tls": {"enabled": False}},
+    "tls-existing-secret": {"tls": {"existingSecret": "coordinator-cert"}},
 }
 
 # Custom resources (KEDA's) have no schema in kubernetes-validate; their fields are checked below.
@@ -155,6 +157,95 @@ def test_each_pool_presents_a_node_credential_of_its_own_and_the_nightly_job_a_c
     assert "--token-file /var/run/reprobench/credential/token" in script
 
 
+def decoded_certificate(pem):
+    """The fields of a PEM certificate, as Python's ssl module reads them."""
+    import ssl
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".pem") as f:
+        f.write(pem)
+        f.flush()
+        return ssl._ssl._test_decode_cert(f.name)
+
+
+def assert_tls_handshake_verifies(secret, name):
+    """A TLS server with the Secret's certificate and key, and a client trusting only its CA
+    that checks `name`: the handshake succeeds (OpenSSL's verification)."""
+    import base64
+    import socket
+    import ssl
+    import tempfile
+    import threading
+    with tempfile.TemporaryDirectory() as d:
+        files = {}
+        for key in ["tls.crt", "tls.key", "ca.crt"]:
+            files[key] = pathlib.Path(d) / key
+            files[key].write_bytes(base64.b64decode(secret["data"][key]))
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server.load_cert_chain(files["tls.crt"], files["tls.key"])
+        client = ssl.create_default_context(cafile=str(files["ca.crt"]))
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            port = listener.getsockname()[1]
+            received = []
+
+            def serve():
+                conn, _ = listener.accept()
+                with server.wrap_socket(conn, server_side=True) as s:
+                    received.append(s.recv(1))
+
+            t = threading.Thread(target=serve)
+            t.start()
+            with socket.create_connection(("127.0.0.1", port)) as raw:
+                with client.wrap_socket(raw, server_hostname=name) as tls:
+                    tls.sendall(b"x")
+            t.join(10)
+        assert received == [b"x"]
+
+
+def test_tls_is_on_by_default_with_a_generated_ca_kept_across_upgrades():
+    import base64
+    objects, _ = render(EVERYTHING)
+    secret = one(objects, "Secret", "rb-reprobench-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    cert = decoded_certificate(base64.b64decode(secret["data"]["tls.crt"]).decode())
+    names = {v for k, v in cert["subjectAltName"] if k == "DNS"}
+    assert names == {"rb-reprobench-coordinator", "rb-reprobench-coordinator.bench",
+                     "rb-reprobench-coordinator.bench.svc", "rb-reprobench-coordinator.bench.svc.cluster.local"}
+    ca = decoded_certificate(base64.b64decode(secret["data"]["ca.crt"]).decode())
+    assert cert["issuer"] == ca["subject"]
+    assert_tls_handshake_verifies(secret, "rb-reprobench-coordinator")
+    sts = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    args = container(sts, "coordinator")["args"]
+    assert arg_after(args, "--tls-cert") == "/var/run/reprobench/tls/tls.crt"
+    assert arg_after(args, "--tls-key") == "/var/run/reprobench/tls/tls.key"
+    # Nodes and the nightly job verify the coordinator with the CA alone (never its key).
+    for d in find(objects, "Deployment"):
+        pod = d["spec"]["template"]["spec"]
+        node = container(pod, "node")
+        assert arg_after(node["args"], "--coordinator").startswith("https://")
+        assert arg_after(node["args"], "--tls-ca") == "/var/run/reprobench/tls/ca.crt"
+        vols = {v["name"]: v for v in pod["volumes"]}
+        assert vols["tls-ca"]["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    script = one(objects, "ConfigMap")["data"]["nightly.sh"]
+    assert "--coordinator https://rb-reprobench-coordinator:7077" in script
+    assert "--tls-ca /var/run/reprobench/tls/ca.crt" in script
+
+    # A Secret of the user's (cert-manager's): nothing generated, the same keys read.
+    objects, _ = render({"tls": {"existingSecret": "coordinator-cert"}})
+    assert find(objects, "Secret", "rb-reprobench-tls") == []
+    sts = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in sts["volumes"]}["tls"]["secret"]["secretName"] == "coordinator-cert"
+
+    # Off only when asked: plain http, no certificate flags.
+    objects, _ = render({"tls": {"enabled": False}})
+    assert find(objects, "Secret", "rb-reprobench-tls") == []
+    assert "--tls-cert" not in container(one(objects, "StatefulSet")["spec"]["template"]["spec"], "coordinator")["args"]
+    for d in find(objects, "Deployment"):
+        node = container(d["spec"]["template"]["spec"], "node")
+        assert arg_after(node["args"], "--coordinator").startswith("http://")
+        assert "--tls-ca" not in node["args"]
+
+
 def test_pools_are_one_deployment_each_with_their_slots_and_drain_time():
     objects, _ = render()
     names = sorted(d["metadata"]["name"] for d in find(objects, "Deployment"))
@@ -162,7 +253,7 @@ def test_pools_are_one_deployment_each_with_their_slots_and_drain_time():
     docker = one(objects, "Deployment", "rb-reprobench-node-docker")["spec"]["template"]["spec"]
     node = container(docker, "node")
     assert arg_after(node["args"], "--slots") == "docker=2"
-    assert arg_after(node["args"], "--coordinator") == "http://rb-reprobench-coordinator:7077"
+    assert arg_after(node["args"], "--coordinator") == "https://rb-reprobench-coordinator:7077"
     assert docker["terminationGracePeriodSeconds"] == 600 + 30
     # hostSocket: the host engine's socket, and a scratch directory at the same path on both sides.
     vols = {v["name"]: v for v in docker["volumes"]}
@@ -265,6 +356,16 @@ def test_the_nightly_job_submits_waits_and_compares_with_the_baseline():
     assert find(objects, "CronJob") == []
 
 
+def test_agent_commands_never_run_where_a_docker_engine_is_reachable():
+    for mode in ["hostSocket", "dind"]:
+        with pytest.raises(Exception, match="Docker engine"):
+            render({"pools": {"docker": {"docker": {"mode": mode}, "extraArgs": ["--allow-agent-commands"]}}})
+    # A process pool may allow them (it has no engine).
+    objects, _ = render({"pools": {"process": {"enabled": True, "extraArgs": ["--allow-agent-commands"]}}})
+    node = container(one(objects, "Deployment", "rb-reprobench-node-process")["spec"]["template"]["spec"], "node")
+    assert "--allow-agent-commands" in node["args"]
+
+
 def test_the_schema_rejects_mistyped_values():
     for bad in [
         {"pools": {"docker": {"slots": {"dockr": 1}}}},
@@ -283,11 +384,11 @@ def rules_of(objects, role):
 def test_rbac_is_what_the_kubernetes_code_calls_and_no_more():
     objects, _ = render()
     assert rules_of(objects, "rb-reprobench-coordinator") == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "patch"]}
     ]
-    assert rules_of(objects, "rb-reprobench-node") == [
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]}
-    ]
+    # Node pods, where agent code may run, hold no cluster credentials at all.
+    assert [r["metadata"]["name"] for r in find(objects, "Role")] == ["rb-reprobench-coordinator"]
+    assert [b["metadata"]["name"] for b in find(objects, "RoleBinding")] == ["rb-reprobench-coordinator"]
     sts = one(objects, "StatefulSet")["spec"]["template"]["spec"]
     assert sts["serviceAccountName"] == "rb-reprobench-coordinator"
     args = container(sts, "coordinator")["args"]
@@ -297,12 +398,11 @@ def test_rbac_is_what_the_kubernetes_code_calls_and_no_more():
         pod = d["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "rb-reprobench-node"
         node = container(pod, "node")
-        assert "--kubernetes" in node["args"]
-        env = {e["name"]: e for e in node["env"]}
-        assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+        assert "--kubernetes" not in node["args"]
         assert arg_after(node["args"], "--name") == "$(POD_NAME)"
     accounts = {a["metadata"]["name"]: a for a in find(objects, "ServiceAccount")}
-    assert all(a["automountServiceAccountToken"] is True for a in accounts.values())
+    assert accounts["rb-reprobench-coordinator"]["automountServiceAccountToken"] is True
+    assert accounts["rb-reprobench-node"]["automountServiceAccountToken"] is False
 
     # The built-in scaler adds the scale subresource, and nothing more.
     objects, _ = render(COMBINATIONS["builtin-scaler"])

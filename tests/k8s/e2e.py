@@ -378,7 +378,15 @@ def main():
         nodes = [p["metadata"]["name"] for p in pods
                  if p["metadata"]["labels"].get("app.kubernetes.io/component") == "node"
                  and p["metadata"]["labels"].get("reprobench.dev/pool") == "sim"]
-        url = f"http://{coordinator['status']['podIP']}:7077"
+        # TLS is on by default: the chart's CA, and the certificate's name for the pod's address.
+        url = f"https://{coordinator['status']['podIP']}:7077"
+        tls_secret = next(s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
+                          if s["metadata"]["name"] == f"{RELEASE}-reprobench-tls")
+        ca_file = pathlib.Path(work) / "ca.crt"
+        ca_file.write_bytes(base64.b64decode(tls_secret["data"]["ca.crt"]))
+        service = next(s["metadata"]["name"] for s in cluster.get_json("services", "-n", NAMESPACE)["items"]
+                       if s["metadata"]["name"].endswith("-coordinator"))
+        tls = ["--tls-ca", str(ca_file), "--tls-server-name", service]
         secret = next(s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
                       if s["metadata"]["name"].endswith("-token") and s["metadata"]["name"].startswith(RELEASE))
         token_file = pathlib.Path(work) / "token"
@@ -388,13 +396,13 @@ def main():
         sweep = pathlib.Path(work) / "sweep.toml"
         sweep.write_text(f'name = "k8s-e2e"\ndatasets = ["synthetic:{a.tasks}:{a.mean_ms}"]\n'
                          '[[agents]]\nname = "synthetic"\n')
-        target = ["--coordinator", url, "--token-file", str(token_file)]
+        target = ["--coordinator", url, "--token-file", str(token_file), *tls]
         # The sim pool's node credential: its nodes present it; as a client it is refused.
         pool_secret = next(s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
                            if s["metadata"]["name"].endswith("-node-sim-credential"))
         pool_token = pathlib.Path(work) / "sim-credential"
         pool_token.write_bytes(base64.b64decode(pool_secret["data"]["token"]))
-        as_client = subprocess.run([a.reprobench, "status", "--coordinator", url, "--token-file", str(pool_token)],
+        as_client = subprocess.run([a.reprobench, "status", "--coordinator", url, "--token-file", str(pool_token), *tls],
                                    capture_output=True, text=True)
         run_id = json.loads(reprobench(a.reprobench, "run", str(sweep), *target, "--detach", "--json"))["run_id"]
         log(f"submitted run {run_id}: {a.tasks} synthetic tasks")
@@ -445,6 +453,9 @@ def main():
             "released_at_pod_deletion": len(gone),
             "late_results_rejected": late_rejected,
             "token_kept_on_upgrade": secret_after["data"]["token"] == secret["data"]["token"],
+            "tls_kept_on_upgrade": next(
+                s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
+                if s["metadata"]["name"] == tls_secret["metadata"]["name"])["data"] == tls_secret["data"],
             "pool_credential_kept_on_upgrade": next(
                 s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
                 if s["metadata"]["name"] == pool_secret["metadata"]["name"])["data"]["token"]
@@ -472,6 +483,8 @@ def main():
             problems.append(f"swt-mini gold on the docker pool: {json.dumps(swt)}")
         if not result["token_kept_on_upgrade"]:
             problems.append("helm upgrade replaced the join token")
+        if not result["tls_kept_on_upgrade"]:
+            problems.append("helm upgrade replaced the coordinator's certificate or CA")
         if not result["pool_credential_kept_on_upgrade"]:
             problems.append("helm upgrade replaced the sim pool's node credential")
         if not result["node_credential_refused_as_client"]:

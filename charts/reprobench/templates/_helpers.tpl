@@ -33,7 +33,35 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{- define "reprobench.coordinatorUrl" -}}
-{{- printf "http://%s:%d" (include "reprobench.coordinator" .) (int .Values.coordinator.port) -}}
+{{- printf "%s://%s:%d" (ternary "https" "http" .Values.tls.enabled) (include "reprobench.coordinator" .) (int .Values.coordinator.port) -}}
+{{- end -}}
+
+{{/* The Secret with the coordinator's certificate (tls.crt, tls.key) and its CA (ca.crt). */}}
+{{- define "reprobench.tlsSecret" -}}
+{{- default (printf "%s-tls" (include "reprobench.fullname" .)) .Values.tls.existingSecret -}}
+{{- end -}}
+
+{{/* Where pods mount the CA (nodes, jobs) or the certificate (the coordinator). */}}
+{{- define "reprobench.tlsDir" -}}
+/var/run/reprobench/tls
+{{- end -}}
+
+{{/* Client flags for the CA: nodes and jobs verify the coordinator's certificate. */}}
+{{- define "reprobench.tlsClientArgs" -}}
+{{- if .Values.tls.enabled -}}
+--tls-ca {{ include "reprobench.tlsDir" . }}/ca.crt
+{{- end -}}
+{{- end -}}
+
+{{/* The CA volume of a client pod. */}}
+{{- define "reprobench.tlsCaVolume" -}}
+- name: tls-ca
+  secret:
+    secretName: {{ include "reprobench.tlsSecret" . }}
+    defaultMode: 0444
+    items:
+      - key: ca.crt
+        path: ca.crt
 {{- end -}}
 
 {{- define "reprobench.tokenSecret" -}}

@@ -43,9 +43,6 @@ pub struct NodeConfig {
     pub max_backoff: Duration,
     /// Where SWT executors find mirrors and keep caches and artifacts.
     pub swt: SwtSettings,
-    /// Told the number of running attempts whenever it changes (a Kubernetes pod keeps its
-    /// deletion cost from it).
-    pub running_count: Option<Arc<tokio::sync::watch::Sender<usize>>>,
 }
 
 /// Settings of the SWT executors (`docker`, `process`).
@@ -631,7 +628,6 @@ impl Node {
                         hand_back: false,
                     },
                 );
-                self.running_changed();
                 self.warm.insert(g.affinity_key.clone());
                 tracing::debug!(task = attempt.task_id, epoch = attempt.epoch, instance = %g.instance_id, "granted");
                 let spec = AttemptSpec {
@@ -691,17 +687,10 @@ impl Node {
         }
     }
 
-    fn running_changed(&self) {
-        if let Some(tx) = &self.cfg.running_count {
-            tx.send_replace(self.running.len());
-        }
-    }
-
     fn attempt_done(&mut self, attempt: AttemptRef, end: AttemptEnd) {
         let Some(run) = self.running.remove(&attempt) else {
             return;
         };
-        self.running_changed();
         *self.free.entry(run.kind.clone()).or_insert(0) += 1;
         match end {
             AttemptEnd::Finished(outcome) => self.deliver(attempt, outcome),
@@ -893,6 +882,7 @@ mod emulator_slot_tests {
                 url: "http://127.0.0.1:1".into(),
                 token: "t".into(),
                 tls_ca: None,
+                tls_server_name: None,
             },
             node_id: "n".into(),
             slots: vec![SlotSpec {
@@ -901,7 +891,6 @@ mod emulator_slot_tests {
             }],
             drain_timeout: Duration::from_secs(1),
             max_backoff: Duration::from_secs(1),
-            running_count: None,
             swt,
         }
     }
@@ -984,6 +973,7 @@ mod panic_tests {
                     url: "http://127.0.0.1:1".into(),
                     token: "t".into(),
                     tls_ca: None,
+                    tls_server_name: None,
                 },
                 node_id: "n".into(),
                 slots: vec![SlotSpec {
@@ -992,7 +982,6 @@ mod panic_tests {
                 }],
                 drain_timeout: Duration::from_secs(1),
                 max_backoff: Duration::from_secs(1),
-                running_count: None,
                 swt: SwtSettings::default(),
             },
             executors: HashMap::from([("synthetic".to_string(), exec)]),

@@ -78,6 +78,10 @@ pub enum Command {
     Counts {
         reply: oneshot::Sender<Vec<KindCounts>>,
     },
+    /// Attempts each connected node holds, by node id (what the pods' deletion costs follow).
+    NodeLoads {
+        reply: oneshot::Sender<Vec<(String, u64)>>,
+    },
     /// Stop the core (after committing what it has).
     Shutdown,
 }
@@ -148,6 +152,7 @@ enum Asker {
     List(oneshot::Sender<ListRunsResponse>),
     Watch(String, WatchSender),
     Counts(oneshot::Sender<Vec<KindCounts>>),
+    NodeLoads(oneshot::Sender<Vec<(String, u64)>>),
 }
 
 /// Something to send once the batch is committed.
@@ -218,6 +223,7 @@ fn split(cmd: Command, now: Now) -> Option<(Input, Asker)> {
             (Input::NodeGone { node_id, reason }, Asker::Nobody)
         }
         Command::Counts { reply } => (Input::Counts, Asker::Counts(reply)),
+        Command::NodeLoads { reply } => (Input::NodeLoads, Asker::NodeLoads(reply)),
         Command::Shutdown => return None,
     })
 }
@@ -398,6 +404,7 @@ impl Core {
             (Asker::Cancel(tx), Some(Answer::Cancel(v))) => self.deferred.push(reply(tx, v)),
             (Asker::List(tx), Some(Answer::List(v))) => self.deferred.push(reply(tx, v)),
             (Asker::Counts(tx), Some(Answer::Counts(v))) => self.deferred.push(reply(tx, v)),
+            (Asker::NodeLoads(tx), Some(Answer::NodeLoads(v))) => self.deferred.push(reply(tx, v)),
             (Asker::Watch(run_id, tx), Some(Answer::Watch(Ok(())))) => {
                 self.watchers.entry(run_id).or_default().push(tx);
             }

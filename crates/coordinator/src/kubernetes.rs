@@ -2,11 +2,15 @@
 //! - it watches its release's node pods, and when one is deleted, fails or vanishes while the
 //!   watch was down, the leases of that node (named after its pod) are released at once
 //!   ([`Command::NodeGone`]) instead of after the lease timeout;
+//! - it keeps each node pod's `controller.kubernetes.io/pod-deletion-cost` at the attempts its
+//!   node holds, so a scale-in removes idle pods first (the nodes themselves hold no cluster
+//!   credentials);
 //! - for clusters without KEDA, an optional built-in scaler patches a pool's Deployment replicas
 //!   between a minimum and a maximum from the pending and running counts of its executor kinds.
 //!
-//! Only core/v1 Pods (get, list, watch) and apps/v1 `deployments/scale` (get, patch) are used:
-//! every server since 1.20 serves them. [`NodePods`] and [`ScaleDecider`] are pure.
+//! Only core/v1 Pods (get, list, watch, patch) and apps/v1 `deployments/scale` (get, patch) are
+//! used: every server since 1.20 serves them (the deletion cost is honoured from 1.22).
+//! [`NodePods`], [`ScaleDecider`] and [`cost_changes`] are pure.
 
 use crate::core::{Command, CoreHandle, KindCounts};
 use futures_util::StreamExt;
@@ -14,7 +18,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::watcher;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 /// Node pods seen by the watcher, and which are gone (pure).
@@ -302,6 +306,95 @@ pub async fn run_scaler(
     }
 }
 
+/// The annotation the ReplicaSet controller reads when it picks pods to remove.
+pub const DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
+
+/// The deletion cost of a node pod holding `attempts`: 0 when idle, higher when busier.
+pub fn deletion_cost(attempts: u64) -> i32 {
+    i32::try_from(attempts).unwrap_or(i32::MAX)
+}
+
+/// The pods whose deletion cost must change, given each connected node's attempts and the costs
+/// written last (pure). `written` forgets nodes no longer connected, so a pod that comes back
+/// gets its cost again.
+pub fn cost_changes(
+    loads: &[(String, u64)],
+    written: &mut HashMap<String, i32>,
+) -> Vec<(String, i32)> {
+    written.retain(|node, _| loads.iter().any(|(n, _)| n == node));
+    loads
+        .iter()
+        .map(|(node, attempts)| (node.clone(), deletion_cost(*attempts)))
+        .filter(|(node, cost)| written.get(node) != Some(cost))
+        .collect()
+}
+
+/// Whether `labels` satisfy an equality selector (`k=v,k2=v2`, as `--node-pod-selector` is).
+pub fn selector_matches(
+    selector: &str,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
+    selector
+        .split(',')
+        .map(str::trim)
+        .filter(|term| !term.is_empty())
+        .all(|term| match term.split_once('=') {
+            Some((k, v)) => labels.get(k.trim()).map(String::as_str) == Some(v.trim()),
+            None => labels.contains_key(term),
+        })
+}
+
+/// Sets a pod's deletion cost (a merge patch of its annotation).
+pub async fn set_deletion_cost(pods: &Api<Pod>, pod: &str, cost: i32) -> kube::Result<()> {
+    let patch =
+        serde_json::json!({ "metadata": { "annotations": { DELETION_COST: cost.to_string() } } });
+    pods.patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Every `period`, sets each connected node's pod deletion cost to the attempts it holds, so a
+/// scale-in removes idle pods first. Only pods of `namespace` that match `selector` are patched
+/// (a node whose name is no such pod, such as a machine outside the cluster, is left alone):
+/// nodes hold no cluster credentials at all. Runs until the core stops.
+pub async fn keep_deletion_costs(
+    client: kube::Client,
+    namespace: &str,
+    selector: &str,
+    core: CoreHandle,
+    period: Duration,
+) {
+    let pods: Api<Pod> = Api::namespaced(client, namespace);
+    let mut written: HashMap<String, i32> = HashMap::new();
+    loop {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        if core.send(Command::NodeLoads { reply }).is_err() {
+            return;
+        }
+        let Ok(loads) = rx.await else { return };
+        for (node, cost) in cost_changes(&loads, &mut written) {
+            let is_node_pod = match pods.get_opt(&node).await {
+                Ok(Some(pod)) => selector_matches(
+                    selector,
+                    pod.metadata.labels.as_ref().unwrap_or(&Default::default()),
+                ),
+                Ok(None) => false,
+                Err(e) => {
+                    tracing::warn!(pod = %node, error = %e, "cannot read the node's pod");
+                    continue;
+                }
+            };
+            if is_node_pod && let Err(e) = set_deletion_cost(&pods, &node, cost).await {
+                tracing::warn!(pod = %node, error = %e, "cannot update the pod's deletion cost");
+                continue;
+            }
+            // Not a node pod: remembered, so it is not looked up again until its load changes.
+            written.insert(node, cost);
+        }
+        tokio::time::sleep(period).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -490,6 +583,113 @@ mod tests {
         }
         watch.abort();
         server.abort();
+    }
+
+    #[test]
+    fn costs_are_written_when_a_node_s_load_changes_and_again_when_it_comes_back() {
+        let mut written = HashMap::new();
+        let loads = |l: &[(&str, u64)]| -> Vec<(String, u64)> {
+            l.iter().map(|(n, a)| (n.to_string(), *a)).collect()
+        };
+        let mut step = |l: &[(&str, u64)]| {
+            let changes = cost_changes(&loads(l), &mut written);
+            written.extend(changes.iter().cloned());
+            changes
+        };
+        assert_eq!(
+            step(&[("a", 0), ("b", 2)]),
+            vec![("a".into(), 0), ("b".into(), 2)]
+        );
+        assert_eq!(step(&[("a", 0), ("b", 2)]), vec![]);
+        assert_eq!(step(&[("a", 1)]), vec![("a".into(), 1)]);
+        assert_eq!(step(&[("a", 1), ("b", 2)]), vec![("b".into(), 2)]);
+        let labels: std::collections::BTreeMap<String, String> = [
+            ("app.kubernetes.io/instance", "rb"),
+            ("app.kubernetes.io/component", "node"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        assert!(selector_matches(
+            "app.kubernetes.io/instance=rb,app.kubernetes.io/component=node",
+            &labels
+        ));
+        assert!(!selector_matches(
+            "app.kubernetes.io/component=coordinator",
+            &labels
+        ));
+    }
+
+    #[tokio::test]
+    async fn the_coordinator_patches_node_pods_deletion_cost_and_nothing_else() {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (patched_tx, mut patched) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
+        let server = tokio::spawn(async move {
+            let mut handle = pin!(handle);
+            while let Some((req, send)) = handle.next_request().await {
+                let name = req.uri().path().rsplit('/').next().unwrap().to_string();
+                let labels = if name == "rb-node-docker-1" {
+                    serde_json::json!({"app.kubernetes.io/component": "node"})
+                } else {
+                    serde_json::json!({"app.kubernetes.io/component": "coordinator"})
+                };
+                let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "labels": labels}});
+                if req.method() == http::Method::PATCH {
+                    let body = req.into_body().collect_bytes().await.unwrap();
+                    let patch: serde_json::Value = serde_json::from_slice(&body).unwrap();
+                    let cost = patch["metadata"]["annotations"][DELETION_COST]
+                        .as_str()
+                        .unwrap();
+                    let _ = patched_tx.send((name, cost.to_string()));
+                } else {
+                    assert_eq!(req.method(), http::Method::GET);
+                }
+                send.send_response(Response::new(Body::from(serde_json::to_vec(&pod).unwrap())));
+            }
+        });
+        let (core, commands) = CoreHandle::channel();
+        // The core's side: two connected nodes, one of them a node pod; its load goes 2, then 0.
+        let answers = tokio::task::spawn_blocking(move || {
+            let mut load = 2;
+            while let Ok(command) = commands.recv_timeout(std::time::Duration::from_secs(30)) {
+                if let Command::NodeLoads { reply } = command {
+                    let _ = reply.send(vec![
+                        ("rb-node-docker-1".to_string(), load),
+                        ("rb-reprobench-coordinator-0".to_string(), 5),
+                    ]);
+                    load = 0;
+                }
+            }
+        });
+        let client = kube::Client::new(service, "bench");
+        let keeper = tokio::spawn(async move {
+            keep_deletion_costs(
+                client,
+                "bench",
+                "app.kubernetes.io/component=node",
+                core,
+                Duration::from_millis(10),
+            )
+            .await
+        });
+        let mut next = async || {
+            tokio::time::timeout(Duration::from_secs(30), patched.recv())
+                .await
+                .expect("a patch within 30 s")
+                .unwrap()
+        };
+        assert_eq!(
+            next().await,
+            ("rb-node-docker-1".to_string(), "2".to_string())
+        );
+        assert_eq!(
+            next().await,
+            ("rb-node-docker-1".to_string(), "0".to_string())
+        );
+        keeper.abort();
+        server.abort();
+        drop(answers);
     }
 
     #[tokio::test]

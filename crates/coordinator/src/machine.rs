@@ -128,6 +128,8 @@ pub enum Input {
     },
     /// Pending and leased tasks per executor kind.
     Counts,
+    /// Leases per connected node.
+    NodeLoads,
     /// Time passed: silent nodes leave the schedule and expired leases are released.
     Tick,
     /// The end of a batch: pending work is granted to nodes with credit.
@@ -151,6 +153,8 @@ pub enum Answer {
     Watch(Result<(), Status>),
     /// To [`Input::Counts`].
     Counts(Vec<KindCounts>),
+    /// To [`Input::NodeLoads`]: (node id, attempts it holds), every connected node.
+    NodeLoads(Vec<(String, u64)>),
 }
 
 /// A store write a step asks for; the driver applies them in order, in the batch's transaction.
@@ -489,6 +493,10 @@ impl Machine {
                 let counts = self.kind_counts();
                 self.answer(Answer::Counts(counts));
             }
+            Input::NodeLoads => {
+                let loads = self.node_loads();
+                self.answer(Answer::NodeLoads(loads));
+            }
             Input::Tick => self.tick(),
             Input::Dispatch => self.dispatch(),
         }
@@ -590,6 +598,20 @@ impl Machine {
                 session_done: 0,
             },
         );
+    }
+
+    /// Leases each connected node holds, by node id.
+    fn node_loads(&self) -> Vec<(String, u64)> {
+        let mut held = vec![0u64; self.nodes.len()];
+        for lease in self.leases.values() {
+            held[lease.node as usize] += 1;
+        }
+        self.nodes
+            .iter()
+            .zip(held)
+            .filter(|(node, _)| node.conn.is_some())
+            .map(|(node, n)| (node.id.clone(), n))
+            .collect()
     }
 
     fn kind_counts(&self) -> Vec<KindCounts> {

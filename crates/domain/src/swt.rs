@@ -118,9 +118,10 @@ pub struct EnvSpec {
     /// (see `swt_bench::conda_env_as_requirements`), before the pip pins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conda_env_files: Vec<String>,
-    /// After its packages are installed (date-capped by pip 26), the environment goes back to
-    /// the newest pip of `packages_as_of`, as SWT-bench's environment had, for install commands
-    /// that pass options pip 26 no longer has (see `swt_bench::PIP_OPTIONS_GONE_IN_26`).
+    /// The environment starts with the setuptools and wheel of `packages_as_of` and, once its
+    /// packages are installed (date-capped by pip 26), goes back to the newest pip of that date:
+    /// a conda environment of the date, as SWT-bench's was, for install commands that pass
+    /// options pip 26 no longer has (see `swt_bench::PIP_OPTIONS_GONE_IN_26`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dated_pip_for_install: bool,
 }

@@ -409,7 +409,7 @@ impl SwtBenchSpecs {
         {
             env.dated_pip_for_install = true;
             env.left_out.push(format!(
-                "the date cap's pip for the install commands: they pass `{option}`, which pip 26 (the first with --uploaded-prior-to) no longer has, so once the packages are installed pip goes back to its newest release before {}, as SWT-bench's environment had, and whatever the install commands still resolve is not date-capped",
+                "the date cap's pip for the install commands: they pass `{option}`, which pip 26 (the first with --uploaded-prior-to) no longer has, so the environment starts with the setuptools and wheel of {} and, once the packages are installed, pip goes back to its newest release of that date, as in SWT-bench's conda environment; whatever the install commands still resolve is not date-capped",
                 &SPECS_AS_OF[..10]
             ));
         }

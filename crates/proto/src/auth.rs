@@ -96,6 +96,9 @@ pub struct CoordinatorAddress {
     pub token: String,
     /// CA certificate (PEM) that signed the coordinator's certificate, for https.
     pub tls_ca: Option<PathBuf>,
+    /// The name the coordinator's certificate must carry, when the URL names it otherwise (an
+    /// IP address, a port-forward to 127.0.0.1); `None`: the URL's host.
+    pub tls_server_name: Option<String>,
 }
 
 impl CoordinatorAddress {
@@ -111,7 +114,10 @@ impl CoordinatorAddress {
             let pem = std::fs::read(ca).map_err(|e| {
                 ClientError::Tls(format!("cannot read CA file {}: {e}", ca.display()))
             })?;
-            let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
+            let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(pem));
+            if let Some(name) = &self.tls_server_name {
+                tls = tls.domain_name(name.clone());
+            }
             endpoint = endpoint
                 .tls_config(tls)
                 .map_err(|e| ClientError::Tls(e.to_string()))?;

@@ -112,6 +112,10 @@ pub(crate) const PIP_WITH_DATE_CAP: &str = "pip>=26";
 /// What puts back the newest pip before the date cap (`pip install …` under
 /// [`PIP_DATE_CAP_VAR`]): the installed, newer pip is not a candidate once reinstalling is forced.
 pub(crate) const DATED_PIP: [&str; 3] = ["--force-reinstall", "--no-deps", "pip"];
+/// What a new conda environment of the cap's date has besides pip (`pip install …` under
+/// [`PIP_DATE_CAP_VAR`], before the packages): its setuptools and wheel (a venv has no wheel, and
+/// pip's `--no-use-pep517` needs both).
+pub(crate) const DATED_BUILD_TOOLS: [&str; 3] = ["--upgrade", "setuptools", "wheel"];
 /// pip's environment variable for `--build-constraint` ([`EnvRecipe::build_constraints`]).
 pub(crate) const PIP_BUILD_CONSTRAINT_VAR: &str = "PIP_BUILD_CONSTRAINT";
 

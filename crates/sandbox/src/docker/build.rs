@@ -2,8 +2,8 @@
 //! and telling a recipe's own failure (final) from the machinery's (retry elsewhere).
 
 use super::super::{
-    BUILD_TOOLS, DATED_PIP, EnvRecipe, PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR,
-    PIP_WITH_DATE_CAP, SandboxError,
+    BUILD_TOOLS, DATED_BUILD_TOOLS, DATED_PIP, EnvRecipe, PIP_BUILD_CONSTRAINT_VAR,
+    PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, SandboxError,
 };
 use super::{KEY_LABEL, LAYER_LABEL, PARENT_LABEL, WORKDIR};
 use bollard::Docker;
@@ -358,6 +358,16 @@ pub(super) fn env_layer(
             Origin::Packages,
             format!(
                 "env -u {PIP_DATE_CAP_VAR} python -m pip install --no-cache-dir --upgrade '{PIP_WITH_DATE_CAP}'"
+            ),
+        ));
+    }
+    if recipe.packages_as_of.is_some() && recipe.dated_pip_for_install {
+        // A conda environment of the date has its setuptools and wheel before any package.
+        pieces.push((
+            Origin::Packages,
+            format!(
+                "python -m pip install --no-cache-dir {}",
+                DATED_BUILD_TOOLS.join(" ")
             ),
         ));
     }

@@ -12,8 +12,9 @@ use super::python::{
 };
 use super::system_packages;
 use super::{
-    BUILD_TOOLS, DATED_PIP, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput, ExecRequest,
-    PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, Prepared, Sandbox, SandboxError,
+    BUILD_TOOLS, DATED_BUILD_TOOLS, DATED_PIP, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput,
+    ExecRequest, PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, Prepared, Sandbox,
+    SandboxError,
 };
 use crate::BoxFuture;
 use crate::ExecutorKind;
@@ -369,6 +370,18 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
                     .map_err(|e| infra("writing the venv's environment", e))?;
             }
             let env = venv_env(&dir);
+            if let Some(date) = recipe
+                .packages_as_of
+                .as_ref()
+                .filter(|_| recipe.dated_pip_for_install)
+            {
+                pip_install(
+                    &dir,
+                    &DATED_BUILD_TOOLS.map(String::from),
+                    &format!("installing the setuptools and wheel of {date}"),
+                    &env,
+                )?;
+            }
             if !recipe.packages.is_empty() {
                 let packages = match &recipe.conda_packages_as_of {
                     Some(date) => super::resolve::resolve_as_of(
