@@ -169,7 +169,7 @@ impl EnvSpec {
             ));
         }
         if self.dated_pip_for_install {
-            packages.push("--dated-pip-for-install".into());
+            packages.push("--dated-build-tools-and-pip".into());
         }
         env_key(&self.python, &packages)
     }

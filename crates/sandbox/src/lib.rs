@@ -202,7 +202,7 @@ impl EnvRecipe {
             ));
         }
         if self.dated_pip_for_install {
-            packages.push("--dated-pip-for-install".into());
+            packages.push("--dated-build-tools-and-pip".into());
         }
         if !self.system_packages.is_empty() {
             // An image installs those its base lacks.
