@@ -382,7 +382,7 @@ def main():
         url = f"https://{coordinator['status']['podIP']}:7077"
         tls_secret = next(s for s in cluster.get_json("secrets", "-n", NAMESPACE)["items"]
                           if s["metadata"]["name"] == f"{RELEASE}-reprobench-tls")
-        ca_file = pathlib.Path(work) / "ca.crt"
+        ca_file = pathlib.Path(work) / "coordinator-ca.crt"  # work/ca.crt is the cluster's own CA
         ca_file.write_bytes(base64.b64decode(tls_secret["data"]["ca.crt"]))
         service = next(s["metadata"]["name"] for s in cluster.get_json("services", "-n", NAMESPACE)["items"]
                        if s["metadata"]["name"].endswith("-coordinator"))
