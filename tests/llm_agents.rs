@@ -514,6 +514,23 @@ fn http(
     (status, body)
 }
 
+/// The address a standalone gateway child says it listens on (its stderr, until it says so).
+fn gateway_address(child: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "gateway exited before listening"
+        );
+        if let Some(rest) = line.split("http://").nth(1) {
+            return rest.split('/').next().unwrap().to_string();
+        }
+    }
+}
+
 #[test]
 fn the_standalone_gateway_lets_in_only_the_clients_it_was_given_unless_told_open() {
     use std::io::BufRead;
@@ -560,17 +577,7 @@ fn the_standalone_gateway_lets_in_only_the_clients_it_was_given_unless_told_open
     let (name, key) = line.trim().split_once(' ').expect("NAME KEY");
     let (name, key) = (name.to_string(), key.to_string());
     assert_eq!(name, "alice");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let addr = loop {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "gateway exited before listening"
-        );
-        if let Some(rest) = line.split("http://").nth(1) {
-            break rest.split('/').next().unwrap().to_string();
-        }
-    };
+    let addr = gateway_address(&mut child);
     let ask = json!({"model": "anything", "messages": [{"role": "user", "content": "ping"}]});
     let (status, body) = http(
         &addr,
@@ -596,7 +603,6 @@ fn the_standalone_gateway_lets_in_only_the_clients_it_was_given_unless_told_open
 
 #[test]
 fn the_standalone_gateway_meters_each_client_key_and_enforces_the_budget() {
-    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let upstream = rt.block_on(ScriptedUpstream::start(|_req: &ScriptedRequest| {
@@ -622,18 +628,7 @@ fn the_standalone_gateway_meters_each_client_key_and_enforces_the_budget() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    let addr = loop {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "gateway exited before listening"
-        );
-        if let Some(rest) = line.split("http://").nth(1) {
-            break rest.split('/').next().unwrap().to_string();
-        }
-    };
+    let addr = gateway_address(&mut child);
     let ask = json!({"model": "anything", "messages": [{"role": "user", "content": "ping"}]});
     for (key, want) in [
         ("alice-token", 200),

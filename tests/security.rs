@@ -406,6 +406,24 @@ fn credential_id(c: &Cluster, label: &str) -> String {
     line.split_whitespace().next().unwrap().to_string()
 }
 
+/// Revokes the credential labelled `label` with `reprobench credential revoke`.
+fn revoke_credential(c: &Cluster, label: &str) {
+    let id = credential_id(c, label);
+    let data = c.data();
+    let out = c.cli(&[
+        "credential",
+        "revoke",
+        &id,
+        "--data",
+        data.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Credentials per role over the real protocol: a client credential is not a node, a node
 /// credential acts only as the node it binds and cannot use runs, a client cancels only its
 /// own runs while an admin cancels any, and a revoked credential is refused.
@@ -475,16 +493,7 @@ fn each_credential_does_only_what_its_role_allows() {
         cancel(admin.clone(), run).await.unwrap();
     });
     // Revoked: refused from then on, saying so.
-    let id = credential_id(&c, "alice");
-    let data = c.data();
-    let out = c.cli(&[
-        "credential",
-        "revoke",
-        &id,
-        "--data",
-        data.to_str().unwrap(),
-    ]);
-    assert!(out.status.success());
+    revoke_credential(&c, "alice");
     runtime().block_on(async {
         let ch = channel(&c.url).await;
         let err = RunServiceClient::new(InterceptedService::new(ch, TokenInterceptor::new(&alice)))
@@ -526,16 +535,7 @@ fn a_node_whose_credential_is_revoked_is_disconnected() {
         || c.logs(),
         || (live_nodes() == 1).then_some(()),
     );
-    let id = credential_id(&c, "r");
-    let data = c.data();
-    let out = c.cli(&[
-        "credential",
-        "revoke",
-        &id,
-        "--data",
-        data.to_str().unwrap(),
-    ]);
-    assert!(out.status.success());
+    revoke_credential(&c, "r");
     let logs = c.dir.path().to_path_buf();
     let status = poll(
         Duration::from_secs(30),

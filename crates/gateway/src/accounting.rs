@@ -54,22 +54,32 @@ impl Usage {
 /// Characters per token in the estimate used when an answer has no `usage`.
 pub const CHARS_PER_ESTIMATED_TOKEN: u64 = 4;
 
-/// Characters of the text a model reads or writes in `v`: strings under `content`, `text`,
-/// `arguments` and `reasoning_content`, anywhere inside it.
-fn text_chars(v: &Value) -> u64 {
+/// The text a model reads or writes in `v` (strings under `content`, `text`, `arguments` and
+/// `reasoning_content`, anywhere inside it), measured by `len`.
+fn text_len(v: &Value, len: fn(&str) -> u64) -> u64 {
     match v {
-        Value::Array(items) => items.iter().map(text_chars).sum(),
+        Value::Array(items) => items.iter().map(|i| text_len(i, len)).sum(),
         Value::Object(map) => map
             .iter()
             .map(|(k, v)| match (k.as_str(), v) {
                 ("content" | "text" | "arguments" | "reasoning_content", Value::String(s)) => {
-                    s.chars().count() as u64
+                    len(s)
                 }
-                _ => text_chars(v),
+                _ => text_len(v, len),
             })
             .sum(),
         _ => 0,
     }
+}
+
+/// Characters of the text a model reads or writes in `v` (see [`text_len`]).
+fn text_chars(v: &Value) -> u64 {
+    text_len(v, |s| s.chars().count() as u64)
+}
+
+/// Bytes of the text a model reads in `v` (see [`text_len`]).
+fn text_bytes(v: &Value) -> u64 {
+    text_len(v, |s| s.len() as u64)
 }
 
 fn chars_to_tokens(chars: u64) -> u64 {
@@ -202,23 +212,6 @@ impl Reservation {
     pub fn release(&mut self, other: &Reservation) {
         self.tokens = self.tokens.saturating_sub(other.tokens);
         self.cost_usd = (self.cost_usd - other.cost_usd).max(0.0);
-    }
-}
-
-/// Bytes of the text a model reads in `v` (see [`text_chars`]).
-fn text_bytes(v: &Value) -> u64 {
-    match v {
-        Value::Array(items) => items.iter().map(text_bytes).sum(),
-        Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| match (k.as_str(), v) {
-                ("content" | "text" | "arguments" | "reasoning_content", Value::String(s)) => {
-                    s.len() as u64
-                }
-                _ => text_bytes(v),
-            })
-            .sum(),
-        _ => 0,
     }
 }
 

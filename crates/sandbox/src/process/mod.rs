@@ -370,11 +370,12 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
                     .map_err(|e| infra("writing the venv's environment", e))?;
             }
             let env = venv_env(&dir);
-            if let Some(date) = recipe
+            // A conda environment of the cap's date around the install commands.
+            let dated = recipe
                 .packages_as_of
                 .as_ref()
-                .filter(|_| recipe.dated_pip_for_install)
-            {
+                .filter(|_| recipe.dated_pip_for_install);
+            if let Some(date) = dated {
                 pip_install(
                     &dir,
                     &DATED_BUILD_TOOLS.map(String::from),
@@ -410,11 +411,7 @@ fn prepare_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Result<PathBu
                 let what = format!("pip install {}", recipe.pip_packages.join(" "));
                 pip_install(&dir, &recipe.pip_packages, &what, &env)?;
             }
-            if let Some(date) = recipe
-                .packages_as_of
-                .as_ref()
-                .filter(|_| recipe.dated_pip_for_install)
-            {
+            if let Some(date) = dated {
                 // The date cap now picks the newest pip before it, which the install commands run.
                 pip_install(
                     &dir,
