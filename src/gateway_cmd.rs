@@ -112,34 +112,34 @@ pub async fn gateway(a: GatewayArgs) -> Result<()> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     if gw.is_replay() {
-        eprintln!(
+        say(format_args!(
             "gateway (REPLAY of {}: no model is called) on {}",
             a.replay
                 .as_ref()
                 .map(|p| p.display().to_string())
                 .unwrap_or_default(),
             gw.base_url()
-        );
+        ));
     } else {
-        eprintln!(
+        say(format_args!(
             "gateway on {} → backbone `{}` (model {} at {})",
             gw.base_url(),
             backbone.name,
             backbone.model,
             backbone.base_url
-        );
+        ));
     }
     let keys = if a.open {
         "<any string; usage is charged per key>"
     } else {
         "<the key printed for the client>"
     };
-    eprintln!(
+    say(format_args!(
         "clients: OPENAI_BASE_URL={} OPENAI_API_KEY={keys}; usage at {}/usage, metrics at http://{}/metrics",
         gw.base_url(),
         gw.base_url(),
         gw.local_addr()
-    );
+    ));
     tokio::select! {
         _ = interrupt.recv() => {}
         _ = terminate.recv() => {}
@@ -214,4 +214,11 @@ pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
         a.model
     );
     Ok(())
+}
+
+/// One line on stderr for the operator; a closed stderr (the reader went away) does not stop
+/// the gateway, which goes on serving its clients.
+fn say(line: std::fmt::Arguments) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }

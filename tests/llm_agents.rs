@@ -514,21 +514,25 @@ fn http(
     (status, body)
 }
 
-/// The address a standalone gateway child says it listens on (its stderr, until it says so).
+/// The address a standalone gateway child says it listens on. Its stderr is read to the end on
+/// a thread, so the gateway never writes into a closed pipe.
 fn gateway_address(child: &mut std::process::Child) -> String {
     use std::io::BufRead;
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            stderr.read_line(&mut line).unwrap() > 0,
-            "gateway exited before listening"
-        );
-        if let Some(rest) = line.split("http://").nth(1) {
-            return rest.split('/').next().unwrap().to_string();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in stderr.lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.split("http://").nth(1)
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(rest.split('/').next().unwrap_or_default().to_string());
+            }
         }
-    }
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the gateway exited or said no address within 60 s")
 }
 
 #[test]
