@@ -288,6 +288,14 @@ fn note_submitted(sub: &SubmitRunResponse, json: bool) {
 }
 
 fn status_error(s: tonic::Status) -> anyhow::Error {
+    if s.code() == tonic::Code::OutOfRange {
+        // tonic's refusal of a message over the coordinator's limit.
+        return anyhow!(
+            "{}: the coordinator takes messages up to the size it was started with (`reprobench serve --max-message-mib`, {} by default); attach less per sweep (fewer or smaller datasets and predictions files), or restart the coordinator with a larger --max-message-mib",
+            s.message(),
+            reprobench_coordinator::server::MAX_MESSAGE_BYTES >> 20
+        );
+    }
     anyhow!("{}", s.message())
 }
 

@@ -62,6 +62,7 @@ impl LocalCluster {
             tls: None,
             core,
             credential_files: Vec::new(),
+            max_message_bytes: reprobench_coordinator::server::MAX_MESSAGE_BYTES,
         };
         let coordinator = reprobench_coordinator::start(cfg)
             .await

@@ -525,6 +525,14 @@ struct ServeArgs {
     /// sweep is refused before it is expanded.
     #[arg(long, value_name = "N", default_value_t = reprobench_coordinator::machine::DEFAULT_MAX_SWEEP_TASKS)]
     max_sweep_tasks: u64,
+    /// The most messages (grants, cancels) that may wait unread for one node; a node that lets
+    /// more pile up is disconnected with an error naming this flag, and its work goes back.
+    #[arg(long, value_name = "N", default_value_t = reprobench_coordinator::core::DEFAULT_MAX_NODE_QUEUE)]
+    max_node_queue: usize,
+    /// The largest message (a submission with its attached datasets and predictions, a grant, a
+    /// results page) taken or sent, in MiB; a larger one is refused naming this flag.
+    #[arg(long, value_name = "MIB", default_value_t = (reprobench_coordinator::server::MAX_MESSAGE_BYTES >> 20) as u32, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    max_message_mib: u32,
     /// A credential in a file (a mounted Secret), known while serving besides those of
     /// DATA/credentials.json: client=FILE, admin=FILE, or node:PREFIX=FILE for a pool's nodes
     /// (names starting with PREFIX). Repeatable.
@@ -756,8 +764,10 @@ async fn serve(a: ServeArgs) -> Result<()> {
             heartbeat_ms: a.heartbeat_ms.clamp(10, a.lease_ms.max(100) / 2),
             policy: reprobench_coordinator::scheduler::Policy::AffinityStealing,
             max_sweep_tasks: a.max_sweep_tasks,
+            max_node_queue: a.max_node_queue,
         },
         credential_files: a.credentials,
+        max_message_bytes: (a.max_message_mib as usize) << 20,
     };
     let coordinator = reprobench_coordinator::start(cfg)
         .await

@@ -866,7 +866,14 @@ fn an_external_agent_packaged_as_a_local_image_runs_unchanged_and_metered() {
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let upstream = scripted(&s, &rt);
-    let agents = format!("[[agents]]\nname = \"tiny-image\"\nimage = \"{tag}\"\n");
+    // A service of the node's machine on loopback, which the agent's container tries to reach:
+    // with the host's network it could.
+    let loopback_service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    loopback_service.set_nonblocking(true).unwrap();
+    let probe = loopback_service.local_addr().unwrap();
+    let agents = format!(
+        "[[agents]]\nname = \"tiny-image\"\nimage = \"{tag}\"\ncommand = [\"--probe\", \"{probe}\"]\n"
+    );
     let rows = run_sweep(&s, &sweep(&s.dataset, &upstream.base_url(), &agents, ""));
     assert_eq!(rows.len(), s.rows.len());
     for r in &rows {
@@ -875,4 +882,19 @@ fn an_external_agent_packaged_as_a_local_image_runs_unchanged_and_metered() {
         assert_eq!(r["tokens_in"], PROMPT_TOKENS);
         assert!(r["error_class"].is_null(), "{r}");
     }
+    match loopback_service.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("an agent container reached the node's loopback: {other:?}"),
+    }
+    let network = Command::new("docker")
+        .args([
+            "network",
+            "inspect",
+            "-f",
+            "{{.Internal}}",
+            "reprobench-agents",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&network.stdout).trim(), "true");
 }

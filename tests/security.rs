@@ -609,3 +609,183 @@ fn a_sweep_over_the_task_limit_is_refused_naming_the_flag() {
         runs.submit_run(sweep(50, 2)).await.unwrap();
     });
 }
+
+/// A submission larger than the coordinator's message limit is refused, and the client says
+/// which flag raises it; the coordinator keeps serving and takes a submission under the limit.
+#[test]
+fn a_submission_over_the_message_limit_is_refused_naming_the_flag() {
+    let c = Cluster::start_with(
+        tempfile::tempdir().unwrap(),
+        2_000,
+        200,
+        vec!["--max-message-mib".into(), "1".into()],
+        vec![],
+    );
+    let sweep = c.dir.path().join("large.toml");
+    // A sweep file of 2 MiB (a long comment) travels whole in the submission.
+    let padding = format!("# {}\n", "x".repeat(2 << 20));
+    std::fs::write(
+        &sweep,
+        format!(
+            "{padding}name='large'\ndatasets=['synthetic:2:1']\n[[agents]]\nname='synthetic'\n"
+        ),
+    )
+    .unwrap();
+    let token = c.token_file();
+    let out = c.cli(&[
+        "run",
+        sweep.to_str().unwrap(),
+        "--coordinator",
+        &c.url,
+        "--token-file",
+        token.to_str().unwrap(),
+        "--detach",
+    ]);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("--max-message-mib"), "{said}");
+    // Under the limit: taken by the same coordinator.
+    c.submit("synthetic:2:1");
+}
+
+/// Certificates as the `docker:dind` entrypoint makes them: a CA, a server certificate for
+/// 127.0.0.1, and a client certificate, each with its extended key usage.
+struct DockerTlsFiles {
+    ca: rcgen::Certificate,
+    server: (rcgen::Certificate, rcgen::KeyPair),
+}
+
+fn docker_tls_files(dir: &std::path::Path) -> DockerTlsFiles {
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let leaf = |names: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.extended_key_usages = vec![usage];
+        (params.signed_by(&key, &issuer).unwrap(), key)
+    };
+    let server = leaf(
+        vec!["127.0.0.1".into(), "localhost".into()],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (client, client_key) = leaf(vec![], ExtendedKeyUsagePurpose::ClientAuth);
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("cert.pem"), client.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), client_key.serialize_pem()).unwrap();
+    DockerTlsFiles { ca, server }
+}
+
+/// A Docker engine reached over mutual TLS (the chart's dind mode): the node's Docker client
+/// follows DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, and an engine that checks client
+/// certificates refuses one from another CA. The engine is this machine's, behind a TLS front
+/// that checks client certificates as dockerd's --tlsverify does (no dind image here).
+#[test]
+fn the_docker_engine_is_reached_over_mutual_tls_and_a_foreign_client_is_refused() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio_rustls::rustls;
+    if !common::docker_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("certs");
+    let files = docker_tls_files(&good);
+    // A client certificate of another CA, with that CA: what an intruder could make.
+    let foreign = dir.path().join("foreign");
+    docker_tls_files(&foreign);
+    std::fs::copy(good.join("ca.pem"), foreign.join("ca.pem")).unwrap();
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(files.ca.der().clone()).unwrap();
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(rustls::pki_types::PrivatePkcs8KeyDer::from(
+        files.server.1.serialize_der(),
+    ));
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(vec![files.server.0.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let verified = Arc::new(AtomicUsize::new(0));
+    let refused = Arc::new(AtomicUsize::new(0));
+    // The front serves on worker threads while this thread waits on the client processes.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let port = listener.local_addr().unwrap().port();
+    {
+        let (verified, refused) = (verified.clone(), refused.clone());
+        rt.spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else {
+                    return;
+                };
+                let (acceptor, verified, refused) =
+                    (acceptor.clone(), verified.clone(), refused.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        refused.fetch_add(1, Ordering::SeqCst);
+                        return;
+                    };
+                    verified.fetch_add(1, Ordering::SeqCst);
+                    let Ok(mut engine) =
+                        tokio::net::UnixStream::connect("/var/run/docker.sock").await
+                    else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut engine).await;
+                });
+            }
+        });
+    }
+    // `images bootstrap` of an image the engine has: it asks the engine and builds nothing.
+    let ask_engine = |certs: &std::path::Path| {
+        std::process::Command::new(common::bin())
+            .args([
+                "images",
+                "bootstrap",
+                "--tag",
+                "reprobench/python-base:bookworm-2",
+            ])
+            .env("DOCKER_HOST", format!("tcp://127.0.0.1:{port}"))
+            .env("DOCKER_TLS_VERIFY", "1")
+            .env("DOCKER_CERT_PATH", certs)
+            .output()
+            .unwrap()
+    };
+    let out = ask_engine(&good);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(verified.load(Ordering::SeqCst) >= 1);
+    let before = verified.load(Ordering::SeqCst);
+    let out = ask_engine(&foreign);
+    assert!(
+        !out.status.success(),
+        "a foreign client certificate was served"
+    );
+    assert_eq!(verified.load(Ordering::SeqCst), before);
+    assert!(refused.load(Ordering::SeqCst) >= 1);
+}

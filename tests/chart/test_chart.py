@@ -3,6 +3,7 @@ validated strictly against Kubernetes' schemas (kubernetes-validate), and the ob
 checked for each values combination that matters. Run by tests/chart.rs."""
 
 import copy
+import json
 import pathlib
 
 import helm_python as helm
@@ -268,14 +269,24 @@ def test_pools_are_one_deployment_each_with_their_slots_and_drain_time():
     assert len(find(objects, "StatefulSet")) == 1
 
 
-def test_docker_in_docker_is_a_privileged_sidecar_the_node_reaches_on_loopback():
+def test_docker_in_docker_is_a_privileged_sidecar_the_node_reaches_over_mutual_tls():
     objects, _ = render(EVERYTHING)
     pod = one(objects, "Deployment", "rb-reprobench-node-docker")["spec"]["template"]["spec"]
     dind = container(pod, "dind")
     assert dind["securityContext"] == {"privileged": True}
     node = container(pod, "node")
     env = {e["name"]: e.get("value") for e in node["env"]}
-    assert env["DOCKER_HOST"] == "tcp://127.0.0.1:2375"
+    # The engine serves TLS on 2376 and checks client certificates; no plain 2375 anywhere.
+    assert env["DOCKER_HOST"] == "tcp://127.0.0.1:2376"
+    assert env["DOCKER_TLS_VERIFY"] == "1"
+    dind_env = {e["name"]: e.get("value") for e in dind["env"]}
+    assert dind_env["DOCKER_TLS_CERTDIR"] == "/certs"
+    assert "2375" not in json.dumps(pod)
+    # The node mounts only the client half of what the sidecar generates, read-only.
+    certs = {m["name"]: m for m in node["volumeMounts"]}["dind-certs"]
+    assert certs["mountPath"] == env["DOCKER_CERT_PATH"] == "/certs/client"
+    assert certs["subPath"] == "client" and certs["readOnly"]
+    assert {m["name"]: m["mountPath"] for m in dind["volumeMounts"]}["dind-certs"] == "/certs"
     assert "docker-socket" not in {v["name"] for v in pod["volumes"]}
     scratch = {m["name"]: m["mountPath"] for m in dind["volumeMounts"]}["scratch"]
     assert scratch == env["TMPDIR"] == {m["name"]: m["mountPath"] for m in node["volumeMounts"]}["scratch"]

@@ -478,7 +478,7 @@ impl Node {
             ClientError::Unreachable { .. } => ConnectFailure::Retry(e.to_string()),
             other => ConnectFailure::Fatal(NodeError::Config(other.to_string())),
         })?;
-        let mut client = NodeServiceClient::new(channel).max_decoding_message_size(256 << 20);
+        let mut client = NodeServiceClient::new(channel).max_decoding_message_size(usize::MAX);
         let slots = self
             .cfg
             .slots

@@ -2,18 +2,22 @@
 //!
 //! The same contract as a command (see [`super::external`]), inside the container: the checkout
 //! is mounted at `/repo` (the working directory), the task's directory at `/reprobench/task`
-//! (instance file, output patch, artifacts), and the container shares the host's network so
-//! `OPENAI_BASE_URL` (the node's gateway on loopback) is reachable. The image's entrypoint runs
-//! with `command` as its arguments (placeholders name the in-container paths).
+//! (instance file, output patch, artifacts). The container joins [`AGENT_NETWORK`], an internal
+//! Docker network with no route out: the only address it reaches is the host's end of that
+//! network, where the node's gateway also listens (`OPENAI_BASE_URL`). It does not share the
+//! host's network, so the node's loopback services and the outside are out of its reach. The
+//! image's entrypoint runs with `command` as its arguments (placeholders name the in-container
+//! paths).
 
 use super::external::{ExternalEnd, ExternalInvocation};
 use bollard::Docker;
 use bollard::errors::Error as EngineError;
-use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest};
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptions, RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
+use reprobench_gateway::Gateway;
 use std::io::Write;
 use std::path::Path;
 use tokio_util::sync::CancellationToken;
@@ -22,6 +26,70 @@ use tokio_util::sync::CancellationToken;
 pub const REPO_MOUNT: &str = "/repo";
 /// Where the task's directory is mounted.
 pub const TASK_MOUNT: &str = "/reprobench/task";
+/// The internal Docker network agent containers join (created on first use).
+pub const AGENT_NETWORK: &str = "reprobench-agents";
+
+/// The host's address on [`AGENT_NETWORK`], creating the network when it is missing. A network
+/// of that name that is not internal is refused: agents on it would reach the outside.
+async fn agent_network_host(docker: &Docker) -> Result<std::net::IpAddr, String> {
+    let inspected = match docker.inspect_network(AGENT_NETWORK, None).await {
+        Ok(n) => n,
+        Err(EngineError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => {
+            let request = NetworkCreateRequest {
+                name: AGENT_NETWORK.into(),
+                driver: Some("bridge".into()),
+                internal: Some(true),
+                labels: Some(std::collections::HashMap::from([(
+                    "reprobench.role".to_string(),
+                    "agent-network".to_string(),
+                )])),
+                ..Default::default()
+            };
+            // Two tasks may create it at once: the loser's conflict is fine.
+            if let Err(e) = docker.create_network(request).await
+                && !matches!(
+                    e,
+                    EngineError::DockerResponseServerError {
+                        status_code: 409,
+                        ..
+                    }
+                )
+            {
+                return Err(format!(
+                    "cannot create the agents' Docker network `{AGENT_NETWORK}`: {e}"
+                ));
+            }
+            docker
+                .inspect_network(AGENT_NETWORK, None)
+                .await
+                .map_err(|e| format!("cannot inspect Docker network `{AGENT_NETWORK}`: {e}"))?
+        }
+        Err(e) => {
+            return Err(format!(
+                "cannot inspect Docker network `{AGENT_NETWORK}`: {e}"
+            ));
+        }
+    };
+    if inspected.internal != Some(true) {
+        return Err(format!(
+            "Docker network `{AGENT_NETWORK}` exists but is not internal, so agents on it would reach the outside; remove it (`docker network rm {AGENT_NETWORK}`) and reprobench creates an internal one"
+        ));
+    }
+    inspected
+        .ipam
+        .and_then(|ipam| ipam.config)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|c| c.gateway.as_deref()?.parse::<std::net::IpAddr>().ok())
+        .find(|ip| ip.is_ipv4())
+        .ok_or_else(|| {
+            format!(
+                "Docker network `{AGENT_NETWORK}` has no IPv4 gateway address for the agents to reach the node's gateway; remove it (`docker network rm {AGENT_NETWORK}`) and reprobench creates it again"
+            )
+        })
+}
 
 fn in_task(task_dir: &Path, host: &Path) -> String {
     match host.strip_prefix(task_dir) {
@@ -70,9 +138,11 @@ async fn remove(docker: &Docker, id: &str) {
 }
 
 /// Runs the agent's image to its end, its time budget, or cancellation (`None`). The
-/// invocation's files must live in `task_dir` (mounted into the container).
+/// invocation's files must live in `task_dir` (mounted into the container); `gateway` is the one
+/// `inv.base_url` names, served to the container on [`AGENT_NETWORK`].
 pub async fn run(
     inv: &ExternalInvocation<'_>,
+    gateway: &Gateway,
     image: &str,
     task_dir: &Path,
     cancel: &CancellationToken,
@@ -110,7 +180,28 @@ pub async fn run(
             return Some(end);
         }
     }
-    let (env, args) = container_env_and_args(inv, task_dir);
+    let host = match agent_network_host(&docker).await {
+        Ok(ip) => ip,
+        Err(e) => {
+            end.start_error = Some(e);
+            return Some(end);
+        }
+    };
+    let served = match gateway.serve_also(host).await {
+        Ok(addr) => addr,
+        Err(e) => {
+            end.start_error = Some(format!(
+                "cannot serve the gateway on the agents' network at {host}: {e}"
+            ));
+            return Some(end);
+        }
+    };
+    let base_url = format!("http://{served}/v1");
+    let inv = ExternalInvocation {
+        base_url: &base_url,
+        ..*inv
+    };
+    let (env, args) = container_env_and_args(&inv, task_dir);
     let body = ContainerCreateBody {
         image: Some(image.to_string()),
         cmd: (!args.is_empty()).then_some(args),
@@ -124,7 +215,7 @@ pub async fn run(
         attach_stderr: Some(true),
         tty: Some(false),
         host_config: Some(HostConfig {
-            network_mode: Some("host".into()),
+            network_mode: Some(AGENT_NETWORK.into()),
             binds: Some(vec![
                 format!("{}:{REPO_MOUNT}", inv.repo.display()),
                 format!("{}:{TASK_MOUNT}", task_dir.display()),

@@ -351,7 +351,9 @@ pub async fn run_external(
         timeout: Duration::from_secs_f64(budget.max_minutes.max(0.1) * 60.0),
     };
     let end = match image {
-        Some(image) => super::external_image::run(&inv, image, setup.artifacts, cancel).await,
+        Some(image) => {
+            super::external_image::run(&inv, setup.gateway, image, setup.artifacts, cancel).await
+        }
         None => external::run(&inv, cancel).await,
     };
     product.usage = setup.gateway.close_task(&key).unwrap_or_default();

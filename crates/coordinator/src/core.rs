@@ -23,8 +23,24 @@ use tonic::Status;
 
 pub use crate::machine::CoreConfig;
 
-/// Sender of messages to one node's Work stream.
-pub type NodeSender = mpsc::UnboundedSender<Result<CoordinatorMessage, Status>>;
+/// Sender of messages to one node's Work stream, bounded by `serve --max-node-queue`.
+pub type NodeSender = mpsc::Sender<Result<CoordinatorMessage, Status>>;
+
+/// Messages waiting for one node (grants, cancels) beyond which a node that does not read its
+/// stream is disconnected (`serve --max-node-queue`): far above what a node with thousands of
+/// slots is sent at once.
+pub const DEFAULT_MAX_NODE_QUEUE: usize = 65_536;
+
+/// A Work stream's sender: its queue holds at most `max` messages (at least 2: one is kept for
+/// the overflow's explanation).
+pub fn node_channel(
+    max: usize,
+) -> (
+    NodeSender,
+    mpsc::Receiver<Result<CoordinatorMessage, Status>>,
+) {
+    mpsc::channel(max.max(2))
+}
 /// Sender of progress events to one WatchRun stream.
 pub type WatchSender = mpsc::Sender<Result<RunProgress, Status>>;
 
@@ -146,7 +162,7 @@ fn clock() -> Now {
 enum Asker {
     Nobody,
     Register(oneshot::Sender<Result<RegisterResponse, Status>>),
-    Connect(ConnId, NodeSender),
+    Connect(ConnId, String, NodeSender),
     Submit(oneshot::Sender<Result<SubmitRunResponse, Status>>),
     Cancel(oneshot::Sender<Result<u64, Status>>),
     List(oneshot::Sender<ListRunsResponse>),
@@ -157,7 +173,7 @@ enum Asker {
 
 /// Something to send once the batch is committed.
 enum Deferred {
-    Node(NodeSender, coordinator_message::Body),
+    Node(ConnId, NodeSender, Box<coordinator_message::Body>),
     Reply(Box<dyn FnOnce() + Send>),
 }
 
@@ -178,11 +194,11 @@ fn split(cmd: Command, now: Now) -> Option<(Input, Asker)> {
             out,
         } => (
             Input::Connect {
-                node_id,
+                node_id: node_id.clone(),
                 conn,
                 hello,
             },
-            Asker::Connect(conn, out),
+            Asker::Connect(conn, node_id, out),
         ),
         Command::FromNode {
             node_id,
@@ -281,8 +297,10 @@ fn apply_write(store: &Store, write: Write) -> Result<(), StoreError> {
 struct Core {
     store: Store,
     machine: Machine,
-    /// The senders of the open Work streams.
-    streams: HashMap<ConnId, NodeSender>,
+    /// The open Work streams: their node and sender.
+    streams: HashMap<ConnId, (String, NodeSender)>,
+    /// Streams whose queue overflowed: disconnected at the start of the next batch.
+    overflowed: Vec<ConnId>,
     /// The WatchRun streams, by run.
     watchers: HashMap<String, Vec<WatchSender>>,
     /// What the batch under way will send after its commit.
@@ -299,6 +317,7 @@ impl Core {
             store,
             machine,
             streams: HashMap::new(),
+            overflowed: Vec::new(),
             watchers: HashMap::new(),
             deferred: Vec::new(),
         })
@@ -342,6 +361,18 @@ impl Core {
         next_tick: &mut Instant,
         tick: Duration,
     ) -> Result<(), StoreError> {
+        // A node that let its queue fill is gone for the machine: its work goes back.
+        for conn in std::mem::take(&mut self.overflowed) {
+            if let Some((node_id, _)) = self.streams.get(&conn) {
+                batch.insert(
+                    0,
+                    Command::Disconnect {
+                        node_id: node_id.clone(),
+                        conn,
+                    },
+                );
+            }
+        }
         self.store.begin()?;
         for cmd in batch.drain(..) {
             let closed = match &cmd {
@@ -368,16 +399,41 @@ impl Core {
         let fx = self.machine.step(Input::Dispatch, now);
         self.carry_out(fx, Asker::Nobody)?;
         self.store.commit()?;
-        for deferred in self.deferred.drain(..) {
+        for deferred in std::mem::take(&mut self.deferred) {
             match deferred {
-                Deferred::Node(tx, body) => {
-                    let _ = tx.send(Ok(CoordinatorMessage { body: Some(body) }));
-                }
+                Deferred::Node(conn, tx, body) => self.send_to_node(conn, &tx, *body),
                 Deferred::Reply(f) => f(),
             }
         }
         self.publish(now.at);
         Ok(())
+    }
+
+    /// Queues a message on a node's stream. When only one place is left, the node is not
+    /// reading: it gets an error naming the limit instead, and is disconnected at the next batch.
+    fn send_to_node(&mut self, conn: ConnId, tx: &NodeSender, body: coordinator_message::Body) {
+        if self.overflowed.contains(&conn) {
+            return;
+        }
+        if tx.capacity() > 1 {
+            let _ = tx.try_send(Ok(CoordinatorMessage { body: Some(body) }));
+            return;
+        }
+        let limit = tx.max_capacity();
+        let node = self
+            .streams
+            .get(&conn)
+            .map(|(node, _)| node.as_str())
+            .unwrap_or_default();
+        tracing::warn!(
+            node,
+            limit,
+            "a node's outbound queue is full: disconnecting it"
+        );
+        let _ = tx.try_send(Err(Status::resource_exhausted(format!(
+            "node `{node}` let {limit} messages from the coordinator wait unread, its limit; the coordinator closed the stream, and what it had sent goes back when the node reconnects or its leases expire. If the node is merely slow to read, start the coordinator with a larger --max-node-queue"
+        ))));
+        self.overflowed.push(conn);
     }
 
     /// Applies a step's writes now and queues its messages and answer for after the commit.
@@ -394,11 +450,11 @@ impl Core {
         match (asker, answer) {
             (Asker::Nobody, None) => {}
             (Asker::Register(tx), Some(Answer::Register(v))) => self.deferred.push(reply(tx, v)),
-            (Asker::Connect(conn, out), Some(Answer::Connect(Ok(())))) => {
-                self.streams.insert(conn, out);
+            (Asker::Connect(conn, node_id, out), Some(Answer::Connect(Ok(())))) => {
+                self.streams.insert(conn, (node_id, out));
             }
-            (Asker::Connect(_, out), Some(Answer::Connect(Err(status)))) => {
-                let _ = out.send(Err(status));
+            (Asker::Connect(_, _, out), Some(Answer::Connect(Err(status)))) => {
+                let _ = out.try_send(Err(status));
             }
             (Asker::Submit(tx), Some(Answer::Submit(v))) => self.deferred.push(reply(tx, v)),
             (Asker::Cancel(tx), Some(Answer::Cancel(v))) => self.deferred.push(reply(tx, v)),
@@ -414,7 +470,7 @@ impl Core {
             (_, answer) => unreachable!("the machine answered {answer:?} to another question"),
         }
         for ToNode { conn, mut body } in messages {
-            let Some(tx) = self.streams.get(&conn) else {
+            let Some((_, tx)) = self.streams.get(&conn) else {
                 continue;
             };
             if let coordinator_message::Body::Grant(grant) = &mut body {
@@ -424,7 +480,8 @@ impl Core {
                 grant.instance_id = info.instance_id;
                 grant.payload_json = info.payload;
             }
-            self.deferred.push(Deferred::Node(tx.clone(), body));
+            self.deferred
+                .push(Deferred::Node(conn, tx.clone(), Box::new(body)));
         }
         Ok(())
     }
@@ -479,7 +536,7 @@ mod tests {
         _dir: tempfile::TempDir,
         core: CoreHandle,
         join: Option<std::thread::JoinHandle<()>>,
-        out: mpsc::UnboundedReceiver<Result<CoordinatorMessage, Status>>,
+        out: mpsc::Receiver<Result<CoordinatorMessage, Status>>,
     }
 
     fn ask<T>(core: &CoreHandle, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> T {
@@ -495,6 +552,16 @@ mod tests {
 
         /// A node `n` registered with `registered` slots whose hello offers `free` of them.
         fn with_slots(lease_ms: u64, registered: &[(&str, u32)], free: &[(&str, u32)]) -> Harness {
+            Harness::with_queue(lease_ms, registered, free, DEFAULT_MAX_NODE_QUEUE)
+        }
+
+        /// As [`Harness::with_slots`], the node's stream holding at most `max_queue` messages.
+        fn with_queue(
+            lease_ms: u64,
+            registered: &[(&str, u32)],
+            free: &[(&str, u32)],
+            max_queue: usize,
+        ) -> Harness {
             let slots = |list: &[(&str, u32)]| -> Vec<SlotCount> {
                 list.iter()
                     .map(|(kind, slots)| SlotCount {
@@ -520,7 +587,7 @@ mod tests {
                 session: String::new(),
             };
             ask(&core, |reply| Command::Register { req, reply }).unwrap();
-            let (tx, out) = mpsc::unbounded_channel();
+            let (tx, out) = node_channel(max_queue);
             let hello = Hello {
                 node_id: "n".into(),
                 free: slots(free),
@@ -775,7 +842,7 @@ mod tests {
             );
         }
         // A new pod of the same name connects anew and is given work.
-        let (tx, out) = mpsc::unbounded_channel();
+        let (tx, out) = node_channel(DEFAULT_MAX_NODE_QUEUE);
         h.out = out;
         let hello = Hello {
             node_id: "n".into(),
@@ -795,6 +862,59 @@ mod tests {
             .unwrap();
         let g = h.grant();
         assert_eq!(g.run_id, run);
+    }
+
+    #[test]
+    fn a_node_that_lets_its_queue_fill_is_told_the_limit_and_disconnected() {
+        let mut h = Harness::with_queue(60_000, &[("synthetic", 4)], &[("synthetic", 4)], 2);
+        let run = h.submit("synthetic:4:1", 3);
+        // The node reads nothing until the core has sent what it would.
+        let mut grants = 0;
+        let refusal = loop {
+            match h.out.blocking_recv() {
+                Some(Ok(m)) => {
+                    if matches!(m.body, Some(coordinator_message::Body::Grant(_))) {
+                        grants += 1;
+                    }
+                }
+                Some(Err(status)) => break status,
+                None => panic!("the stream ended without saying why"),
+            }
+        };
+        assert_eq!(refusal.code(), tonic::Code::ResourceExhausted);
+        assert!(grants < 4, "{grants} grants fit a queue of 2");
+        // The stream ends: the core dropped the node.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match h.out.try_recv() {
+                Err(mpsc::error::TryRecvError::Disconnected) => break,
+                Ok(Err(status)) => panic!("a second refusal: {status}"),
+                _ => {
+                    assert!(Instant::now() < deadline, "the stream stayed open");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        }
+        // Reconnected with room, the node is given the run's work again.
+        let (tx, out) = node_channel(DEFAULT_MAX_NODE_QUEUE);
+        h.out = out;
+        let hello = Hello {
+            node_id: "n".into(),
+            free: vec![SlotCount {
+                kind: "synthetic".into(),
+                slots: 4,
+            }],
+            ..Default::default()
+        };
+        h.core
+            .send(Command::Connect {
+                node_id: "n".into(),
+                conn: 2,
+                hello,
+                out: tx,
+            })
+            .unwrap();
+        assert_eq!(h.grant().run_id, run);
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct CoreConfig {
     pub policy: Policy,
     /// The most tasks one sweep may expand to (`serve --max-sweep-tasks`).
     pub max_sweep_tasks: u64,
+    /// The most messages that may wait for one node before it is disconnected
+    /// (`serve --max-node-queue`; read by the driver, not the machine).
+    pub max_node_queue: usize,
 }
 
 /// See [`CoreConfig::max_sweep_tasks`]: room for all of SWT-bench (2,294 instances) under four
@@ -49,6 +52,7 @@ impl Default for CoreConfig {
             heartbeat_ms: 3_000,
             policy: Policy::AffinityStealing,
             max_sweep_tasks: DEFAULT_MAX_SWEEP_TASKS,
+            max_node_queue: crate::core::DEFAULT_MAX_NODE_QUEUE,
         }
     }
 }

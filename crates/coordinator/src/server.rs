@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::Stream;
-use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
@@ -27,8 +27,9 @@ pub const TOKEN_FILE: &str = "token";
 /// File in the data directory naming the address a live coordinator serves on.
 pub const ADDRESS_FILE: &str = "serve.json";
 const LOCK_FILE: &str = "coordinator.lock";
-/// Largest gRPC message accepted: predictions and instances travel inside requests and grants,
-/// and a runaway 10 MB patch must still reach the node that classifies it.
+/// Largest gRPC message accepted by default (`serve --max-message-mib`): predictions and
+/// instances travel inside requests and grants, and a runaway 10 MB patch must still reach the
+/// node that classifies it.
 pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
 /// How to run a coordinator.
@@ -46,6 +47,8 @@ pub struct ServeConfig {
     pub core: CoreConfig,
     /// Credentials given in files (`serve --credential`), known besides the data directory's.
     pub credential_files: Vec<FileCredential>,
+    /// Largest message taken or sent ([`MAX_MESSAGE_BYTES`] unless `serve --max-message-mib`).
+    pub max_message_bytes: usize,
 }
 
 /// Problems starting a coordinator.
@@ -182,9 +185,10 @@ pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
         NodeServiceServer::new(NodeApi {
             core: core.clone(),
             conns: Arc::new(AtomicU64::new(1)),
+            max_node_queue: cfg.core.max_node_queue,
             credentials,
         })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES),
+        .max_decoding_message_size(cfg.max_message_bytes),
         auth.clone(),
     );
     let runs = InterceptedService::new(
@@ -192,8 +196,8 @@ pub async fn start(cfg: ServeConfig) -> Result<Coordinator, ServeError> {
             core: core.clone(),
             data_dir: cfg.data_dir.clone(),
         })
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        .max_decoding_message_size(cfg.max_message_bytes)
+        .max_encoding_message_size(cfg.max_message_bytes),
         auth,
     );
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
@@ -301,6 +305,8 @@ fn principal<T>(req: &Request<T>) -> Result<Principal, Status> {
 struct NodeApi {
     core: CoreHandle,
     conns: Arc<AtomicU64>,
+    /// `CoreConfig::max_node_queue`.
+    max_node_queue: usize,
     credentials: Arc<Mutex<Credentials>>,
 }
 
@@ -351,7 +357,7 @@ impl NodeService for NodeApi {
         }
         let node_id = hello.node_id.clone();
         let conn = self.conns.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = crate::core::node_channel(self.max_node_queue);
         self.core.send(Command::Connect {
             node_id: node_id.clone(),
             conn,
@@ -385,7 +391,7 @@ impl NodeService for NodeApi {
             }
             let _ = core.send(Command::Disconnect { node_id, conn });
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
 

@@ -25,7 +25,7 @@ use replay::ReplayIndex;
 use reprobench_domain::sweep::BackboneSpec;
 use reprobench_domain::swt::Fnv;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -441,8 +441,48 @@ impl Shared {
 struct Inner {
     shared: Arc<Shared>,
     addr: SocketAddr,
+    servers: Mutex<Vec<Server>>,
+    /// Addresses of [`Gateway::serve_also`] by IP.
+    extra: Mutex<HashMap<IpAddr, SocketAddr>>,
+}
+
+/// One listening address of the gateway.
+struct Server {
+    addr: SocketAddr,
     stop: Arc<Notify>,
-    server: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    async fn start(listen: SocketAddr, shared: &Arc<Shared>) -> Result<Server, GatewayError> {
+        let bind_error = |source| GatewayError::Bind {
+            addr: listen,
+            source,
+        };
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(bind_error)?;
+        let addr = listener.local_addr().map_err(bind_error)?;
+        // Without TCP_NODELAY each small write of a relayed stream waited on the client's
+        // delayed ACK (about 40 ms a call).
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("cannot set TCP_NODELAY on a gateway connection: {e}");
+            }
+        });
+        let stop = Arc::new(Notify::new());
+        let app = server::router(shared.clone());
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            let app = app.into_make_service_with_connect_info::<SocketAddr>();
+            let serve = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stopped.notified().await });
+            if let Err(e) = serve.await {
+                tracing::error!("gateway server stopped: {e}");
+            }
+        });
+        Ok(Server { addr, stop, task })
+    }
 }
 
 /// A running gateway; cheap to clone.
@@ -491,42 +531,35 @@ impl Gateway {
         if let (Some(backbone), false) = (&shared.config.default_backbone, shared.is_replay()) {
             shared.upstream_for(backbone)?;
         }
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|source| GatewayError::Bind {
-                addr: listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| GatewayError::Bind {
-            addr: listen,
-            source,
-        })?;
-        // Without TCP_NODELAY each small write of a relayed stream waited on the client's
-        // delayed ACK (about 40 ms a call).
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("cannot set TCP_NODELAY on a gateway connection: {e}");
-            }
-        });
-        let stop = Arc::new(Notify::new());
-        let app = server::router(shared.clone());
-        let stopped = stop.clone();
-        let server = tokio::spawn(async move {
-            let app = app.into_make_service_with_connect_info::<SocketAddr>();
-            let serve = axum::serve(listener, app)
-                .with_graceful_shutdown(async move { stopped.notified().await });
-            if let Err(e) = serve.await {
-                tracing::error!("gateway server stopped: {e}");
-            }
-        });
+        let server = Server::start(listen, &shared).await?;
         Ok(Gateway {
             inner: Arc::new(Inner {
                 shared,
-                addr,
-                stop,
-                server: Mutex::new(Some(server)),
+                addr: server.addr,
+                servers: Mutex::new(vec![server]),
+                extra: Mutex::new(HashMap::new()),
             }),
         })
+    }
+
+    /// Serves the same tasks on `ip` as well (a free port), for clients that cannot reach the
+    /// main address, such as agent containers on a network of their own. Returns the address;
+    /// asking again for the same `ip` returns the same one.
+    pub async fn serve_also(&self, ip: IpAddr) -> Result<SocketAddr, GatewayError> {
+        if let Some(addr) = lock(&self.inner.extra).get(&ip) {
+            return Ok(*addr);
+        }
+        let server = Server::start(SocketAddr::new(ip, 0), &self.inner.shared).await?;
+        let addr = server.addr;
+        let mut extra = lock(&self.inner.extra);
+        if let Some(first) = extra.get(&ip) {
+            // Another caller bound it meanwhile: keep theirs.
+            server.stop.notify_one();
+            return Ok(*first);
+        }
+        extra.insert(ip, addr);
+        lock(&self.inner.servers).push(server);
+        Ok(addr)
     }
 
     /// Why this gateway would refuse to call `backbone` (its [`UpstreamPolicy`]), before any
@@ -602,12 +635,14 @@ impl Gateway {
 
     /// Stops accepting connections and waits (up to 10 s) for calls in progress.
     pub async fn shutdown(self) {
-        self.inner.stop.notify_one();
-        let server = lock(&self.inner.server).take();
-        if let Some(server) = server
-            && tokio::time::timeout(Duration::from_secs(10), server)
-                .await
-                .is_err()
+        let servers = std::mem::take(&mut *lock(&self.inner.servers));
+        for server in &servers {
+            server.stop.notify_one();
+        }
+        let all = futures_util::future::join_all(servers.into_iter().map(|s| s.task));
+        if tokio::time::timeout(Duration::from_secs(10), all)
+            .await
+            .is_err()
         {
             tracing::warn!("gateway calls still running 10 s after shutdown; abandoning them");
         }

@@ -140,21 +140,19 @@ impl CoordinatorAddress {
         ))
     }
 
-    /// A `RunService` client over [`Self::connect`], taking messages up to 256 MiB (a run's
-    /// attachments and result exports are large).
+    /// A `RunService` client over [`Self::connect`] with no message limit of its own: the
+    /// coordinator's (`serve --max-message-mib`) is the one that holds (a run's attachments and
+    /// result exports are large).
     pub async fn run_client(
         &self,
     ) -> Result<crate::v1::run_service_client::RunServiceClient<AuthedChannel>, ClientError> {
         Ok(
             crate::v1::run_service_client::RunServiceClient::new(self.connect().await?)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(usize::MAX)
+                .max_encoding_message_size(usize::MAX),
         )
     }
 }
-
-/// The largest message a client sends or takes.
-pub const MAX_MESSAGE_BYTES: usize = 256 << 20;
 
 /// An error and its sources on one line.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
