@@ -430,6 +430,21 @@ command = ["python3", "{}"]
             .all(|q| q.authorization.as_deref() == Some(&format!("Bearer {SECRET}"))),
         "every upstream call carries the backbone's key"
     );
+    // With no `params` in the sweep, ReProAgent samples as its paper does.
+    let reproagent_calls: Vec<_> = upstream
+        .requests()
+        .into_iter()
+        .filter(|q| q.body["messages"].to_string().contains("reproagent stage:"))
+        .collect();
+    assert!(!reproagent_calls.is_empty());
+    for q in &reproagent_calls {
+        assert_eq!(
+            (&q.body["temperature"], &q.body["top_p"]),
+            (&json!(0.7), &json!(0.8)),
+            "{}",
+            q.body
+        );
+    }
     let mut files = Vec::new();
     files_under(s.dir.path(), &mut files);
     assert!(
@@ -886,15 +901,27 @@ fn an_external_agent_packaged_as_a_local_image_runs_unchanged_and_metered() {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         other => panic!("an agent container reached the node's loopback: {other:?}"),
     }
-    let network = Command::new("docker")
+    // The agents' network (one per node process that raced to make it) routes nothing out.
+    let listed = Command::new("docker")
         .args([
             "network",
-            "inspect",
-            "-f",
-            "{{.Internal}}",
-            "reprobench-agents",
+            "ls",
+            "-q",
+            "--filter",
+            "name=^reprobench-agents$",
         ])
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&network.stdout).trim(), "true");
+    let ids: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert!(!ids.is_empty());
+    for id in ids {
+        let internal = Command::new("docker")
+            .args(["network", "inspect", "-f", "{{.Internal}}", &id])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&internal.stdout).trim(), "true");
+    }
 }

@@ -14,7 +14,8 @@ use bollard::Docker;
 use bollard::errors::Error as EngineError;
 use bollard::models::{ContainerCreateBody, HostConfig, NetworkCreateRequest};
 use bollard::query_parameters::{
-    AttachContainerOptionsBuilder, CreateContainerOptions, RemoveContainerOptionsBuilder,
+    AttachContainerOptionsBuilder, CreateContainerOptions, ListNetworksOptionsBuilder,
+    RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use reprobench_gateway::Gateway;
@@ -29,55 +30,56 @@ pub const TASK_MOUNT: &str = "/reprobench/task";
 /// The internal Docker network agent containers join (created on first use).
 pub const AGENT_NETWORK: &str = "reprobench-agents";
 
-/// The host's address on [`AGENT_NETWORK`], creating the network when it is missing. A network
-/// of that name that is not internal is refused: agents on it would reach the outside.
-async fn agent_network_host(docker: &Docker) -> Result<std::net::IpAddr, String> {
-    let inspected = match docker.inspect_network(AGENT_NETWORK, None).await {
-        Ok(n) => n,
-        Err(EngineError::DockerResponseServerError {
-            status_code: 404, ..
-        }) => {
-            let request = NetworkCreateRequest {
-                name: AGENT_NETWORK.into(),
-                driver: Some("bridge".into()),
-                internal: Some(true),
-                labels: Some(std::collections::HashMap::from([(
-                    "reprobench.role".to_string(),
-                    "agent-network".to_string(),
-                )])),
-                ..Default::default()
-            };
-            // Two tasks may create it at once: the loser's conflict is fine.
-            if let Err(e) = docker.create_network(request).await
-                && !matches!(
-                    e,
-                    EngineError::DockerResponseServerError {
-                        status_code: 409,
-                        ..
-                    }
-                )
-            {
-                return Err(format!(
-                    "cannot create the agents' Docker network `{AGENT_NETWORK}`: {e}"
-                ));
-            }
-            docker
-                .inspect_network(AGENT_NETWORK, None)
-                .await
-                .map_err(|e| format!("cannot inspect Docker network `{AGENT_NETWORK}`: {e}"))?
-        }
-        Err(e) => {
-            return Err(format!(
-                "cannot inspect Docker network `{AGENT_NETWORK}`: {e}"
-            ));
-        }
-    };
-    if inspected.internal != Some(true) {
+/// The networks named exactly [`AGENT_NETWORK`].
+async fn agent_networks(docker: &Docker) -> Result<Vec<bollard::models::Network>, String> {
+    let filters = std::collections::HashMap::from([("name", vec![AGENT_NETWORK])]);
+    let options = ListNetworksOptionsBuilder::new().filters(&filters).build();
+    let listed = docker
+        .list_networks(Some(options))
+        .await
+        .map_err(|e| format!("cannot list Docker networks: {e}"))?;
+    // The engine's name filter matches parts of names too.
+    Ok(listed
+        .into_iter()
+        .filter(|n| n.name.as_deref() == Some(AGENT_NETWORK))
+        .collect())
+}
+
+/// The id of [`AGENT_NETWORK`] and the host's address on it, creating the network when it is
+/// missing. A network of that name that is not internal is refused: agents on it would reach
+/// the outside. Docker allows two networks of one name (nodes of one machine may create it at
+/// once): every node then takes the one with the smallest id.
+async fn agent_network(docker: &Docker) -> Result<(String, std::net::IpAddr), String> {
+    static CREATING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _one_at_a_time = CREATING.lock().await;
+    let mut named = agent_networks(docker).await?;
+    if named.is_empty() {
+        let request = NetworkCreateRequest {
+            name: AGENT_NETWORK.into(),
+            driver: Some("bridge".into()),
+            internal: Some(true),
+            labels: Some(std::collections::HashMap::from([(
+                "reprobench.role".to_string(),
+                "agent-network".to_string(),
+            )])),
+            ..Default::default()
+        };
+        docker.create_network(request).await.map_err(|e| {
+            format!("cannot create the agents' Docker network `{AGENT_NETWORK}`: {e}")
+        })?;
+        named = agent_networks(docker).await?;
+    }
+    named.sort_by(|a, b| a.id.cmp(&b.id));
+    let network = named.into_iter().next().ok_or_else(|| {
+        format!("Docker network `{AGENT_NETWORK}` was created but is not listed; try again")
+    })?;
+    let id = network.id.clone().unwrap_or_else(|| AGENT_NETWORK.into());
+    if network.internal != Some(true) {
         return Err(format!(
             "Docker network `{AGENT_NETWORK}` exists but is not internal, so agents on it would reach the outside; remove it (`docker network rm {AGENT_NETWORK}`) and reprobench creates an internal one"
         ));
     }
-    inspected
+    let ip = network
         .ipam
         .and_then(|ipam| ipam.config)
         .unwrap_or_default()
@@ -88,7 +90,8 @@ async fn agent_network_host(docker: &Docker) -> Result<std::net::IpAddr, String>
             format!(
                 "Docker network `{AGENT_NETWORK}` has no IPv4 gateway address for the agents to reach the node's gateway; remove it (`docker network rm {AGENT_NETWORK}`) and reprobench creates it again"
             )
-        })
+        })?;
+    Ok((id, ip))
 }
 
 fn in_task(task_dir: &Path, host: &Path) -> String {
@@ -180,8 +183,8 @@ pub async fn run(
             return Some(end);
         }
     }
-    let host = match agent_network_host(&docker).await {
-        Ok(ip) => ip,
+    let (network, host) = match agent_network(&docker).await {
+        Ok(found) => found,
         Err(e) => {
             end.start_error = Some(e);
             return Some(end);
@@ -215,7 +218,7 @@ pub async fn run(
         attach_stderr: Some(true),
         tty: Some(false),
         host_config: Some(HostConfig {
-            network_mode: Some(AGENT_NETWORK.into()),
+            network_mode: Some(network),
             binds: Some(vec![
                 format!("{}:{REPO_MOUNT}", inv.repo.display()),
                 format!("{}:{TASK_MOUNT}", task_dir.display()),

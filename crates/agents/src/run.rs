@@ -158,11 +158,13 @@ pub async fn run_builtin(
         setup.limits.clone(),
     );
     let brief = brief_of(setup.instance);
-    let mut llm = GatewayLlm::new(&setup.gateway.base_url(), &key);
+    let kind = registry::agent_kind(Track::Swt, name);
+    let (defaults, sampling) = sampling_of(kind, backbone);
+    let mut llm = GatewayLlm::new(&setup.gateway.base_url(), &key).with_params(defaults);
     // Hard stop a little after the time budget (the gateway refuses calls at the budget itself).
     let hard_stop = Duration::from_secs_f64((budget.max_minutes.max(0.1) * 60.0) * 1.1 + 30.0);
     let work = async {
-        match registry::agent_kind(Track::Swt, name) {
+        match kind {
             Some(AgentKind::ReproAgent) => {
                 let variant = match variant.parse::<reproagent::Variant>() {
                     Ok(v) => v,
@@ -211,9 +213,6 @@ pub async fn run_builtin(
                 baseline_result(out, setup.artifacts, "zero-shot-plus.json")
             }
             Some(AgentKind::Libro) => {
-                let mut params = serde_json::Map::new();
-                params.insert("temperature".into(), json!(0.7));
-                let mut llm = GatewayLlm::new(&setup.gateway.base_url(), &key).with_params(params);
                 let out = baselines::libro(&brief, LIBRO_SAMPLES, &mut llm, &ws).await;
                 baseline_result(out, setup.artifacts, "libro.json")
             }
@@ -261,9 +260,46 @@ pub async fn run_builtin(
     }
     let (runs, commands) = ws.runs();
     product.summary["replay"] = setup.gateway.is_replay().into();
+    product.summary["sampling"] = Value::Object(sampling);
     product.summary["test_runs"] = runs.into();
     product.summary["sandbox_commands"] = commands.into();
     Some(product)
+}
+
+/// The sampling each built-in agent's paper gives it: ReProAgent temperature 0.7 and top_p 0.8
+/// (its paper's top_k 20 and repetition_penalty 1.05 are for open-source backbones "when
+/// supported", which a backbone opts into with `params`); LIBRO temperature 0.7 (its samples
+/// must differ); `zero-shot-plus` none (SWT-bench's ZeroShotPlus leaves the model's default).
+pub fn paper_sampling(kind: Option<AgentKind>) -> &'static [(&'static str, f64)] {
+    match kind {
+        Some(AgentKind::ReproAgent) => &[("temperature", 0.7), ("top_p", 0.8)],
+        Some(AgentKind::Libro) => &[("temperature", 0.7)],
+        _ => &[],
+    }
+}
+
+/// The request fields the agent sends (its paper's sampling where the backbone's `params` do not
+/// set them: a sweep's choice wins), and the sampling in effect, recorded in the results.
+fn sampling_of(
+    kind: Option<AgentKind>,
+    backbone: &BackboneSpec,
+) -> (
+    serde_json::Map<String, Value>,
+    serde_json::Map<String, Value>,
+) {
+    let mut defaults = serde_json::Map::new();
+    for (name, value) in paper_sampling(kind) {
+        if !backbone.params.contains_key(*name) {
+            defaults.insert(name.to_string(), json!(value));
+        }
+    }
+    let mut effective = defaults.clone();
+    for (name, value) in &backbone.params {
+        if let Ok(value) = serde_json::to_value(value) {
+            effective.insert(name.clone(), value);
+        }
+    }
+    (defaults, effective)
 }
 
 type Produced = (
@@ -406,5 +442,37 @@ mod tests {
         );
         assert_eq!(llm_failure(Some("budget")), None);
         assert_eq!(llm_failure(None), None);
+    }
+
+    #[test]
+    fn the_papers_sampling_is_the_default_and_a_sweeps_params_win() {
+        let backbone = |params: Value| {
+            serde_json::from_value::<BackboneSpec>(json!({
+                "name": "b", "base_url": "http://127.0.0.1:1/v1", "model": "m", "params": params,
+            }))
+            .unwrap()
+        };
+        let (sent, effective) = sampling_of(Some(AgentKind::ReproAgent), &backbone(json!({})));
+        assert_eq!(
+            Value::Object(sent),
+            json!({"temperature": 0.7, "top_p": 0.8})
+        );
+        assert_eq!(
+            Value::Object(effective),
+            json!({"temperature": 0.7, "top_p": 0.8})
+        );
+        let (sent, effective) = sampling_of(
+            Some(AgentKind::ReproAgent),
+            &backbone(json!({"temperature": 0.0, "seed": 3})),
+        );
+        assert_eq!(Value::Object(sent), json!({"top_p": 0.8}));
+        assert_eq!(
+            Value::Object(effective),
+            json!({"temperature": 0.0, "top_p": 0.8, "seed": 3})
+        );
+        let (sent, _) = sampling_of(Some(AgentKind::ZeroShotPlus), &backbone(json!({})));
+        assert!(sent.is_empty());
+        let (sent, _) = sampling_of(Some(AgentKind::Libro), &backbone(json!({})));
+        assert_eq!(Value::Object(sent), json!({"temperature": 0.7}));
     }
 }

@@ -336,7 +336,7 @@ fn callers_and_callees_follow_calls_across_modules() {
     let (_dir, repo) = fixture();
     let graph = CodeGraph::build(&repo);
     let callers: Vec<(&str, usize, Option<&str>, &str)> = graph
-        .callers_of("helper")
+        .callers_of("helper", None)
         .into_iter()
         .map(|call| {
             (
@@ -367,7 +367,7 @@ fn callers_and_callees_follow_calls_across_modules() {
         .map(|call| call.callee.as_str())
         .collect();
     assert_eq!(callees, ["make_greeter", "util.helper", "g.greet"]);
-    assert_eq!(graph.callers_of("Greeter.greet").len(), 1);
+    assert_eq!(graph.callers_of("Greeter.greet", None).len(), 1);
 }
 
 #[test]
@@ -480,6 +480,9 @@ fn retrieval_ranks_the_defining_chunk_first() {
     );
 }
 
+/// What graph searches add about the fixture's binary `.py` file, which the graph cannot parse.
+const BLOB_NOTE: &str = "[1 Python file not in the graph (over 1 MiB, binary or unreadable): pkg/blob.py; read them in parts with read_file]\n";
+
 #[test]
 fn toolbox_answers_calls_with_text() {
     let dir = tempfile::tempdir().unwrap();
@@ -503,7 +506,9 @@ fn toolbox_answers_calls_with_text() {
     let find = tools.call("code_graph", r#"{"op": "find", "name": "helper"}"#);
     assert_eq!(
         find.text,
-        "pkg/util.py:1-3 function helper\n    def helper(value):\n    \"\"\"Return value stripped.\"\"\"\n"
+        format!(
+            "pkg/util.py:1-3 function helper\n    def helper(value):\n    \"\"\"Return value stripped.\"\"\"\n{BLOB_NOTE}"
+        )
     );
     let enclosing = tools.call(
         "code_graph",
@@ -516,8 +521,42 @@ fn toolbox_answers_calls_with_text() {
     );
     let callers = tools.call("code_graph", r#"{"op": "callers", "name": "make_greeter"}"#);
     assert_eq!(
-        callers.text,
-        "pkg/sub/deep.py:6 in run: make_greeter(...)\n"
+        callers.text.strip_suffix(BLOB_NOTE).unwrap(),
+        "1 call site\npkg/sub/deep.py:6 in run: make_greeter(...)\n"
+    );
+    // Narrowed to a directory, and the closest dotted match first.
+    let callers = tools.call(
+        "code_graph",
+        r#"{"op": "callers", "name": "helper", "path": "pkg/sub"}"#,
+    );
+    assert_eq!(
+        callers.text.strip_suffix(BLOB_NOTE).unwrap(),
+        "1 call site\npkg/sub/deep.py:7 in run: util.helper(...)\n"
+    );
+    let callers = tools.call("code_graph", r#"{"op": "callers", "name": "util.helper"}"#);
+    assert!(
+        callers
+            .text
+            .starts_with("3 call sites\npkg/sub/deep.py:7 in run: util.helper(...)\n"),
+        "{}",
+        callers.text
+    );
+    let outside = tools.call(
+        "code_graph",
+        r#"{"op": "callers", "name": "helper", "path": "../outside"}"#,
+    );
+    assert!(!outside.ok, "{}", outside.text);
+    // Imports of a file, and the files importing a module.
+    let imports = tools.call("code_graph", r#"{"op": "imports", "path": "pkg/core.py"}"#);
+    assert_eq!(
+        imports.text.strip_suffix(BLOB_NOTE).unwrap(),
+        "pkg/core.py:2: import os\npkg/core.py:3: import pkg.util\npkg/core.py:4: from .util import helper, shout  (module pkg.util)\n"
+    );
+    let importers = tools.call("code_graph", r#"{"op": "imports", "name": "pkg.util"}"#);
+    assert!(
+        importers.ok && importers.text.contains("pkg/core.py:3: import pkg.util\n"),
+        "{}",
+        importers.text
     );
     let callees = tools.call(
         "code_graph",
@@ -631,4 +670,44 @@ fn toolbox_caps_long_output_with_a_way_to_read_on() {
     let few = tools.call("grep", r#"{"pattern": "value_", "max_hits": 3}"#);
     assert_eq!(few.text.lines().count(), 4, "{}", few.text);
     assert!(few.text.contains("stopped at 3 hits"));
+}
+
+/// Files the tools cannot take whole are named in their answers, never skipped in silence.
+#[test]
+fn files_over_the_size_limit_are_reported_by_grep_and_the_code_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    fs::create_dir_all(root.join("pkg")).unwrap();
+    let mut big = String::from("def helper_big():\n    return 1\n");
+    while big.len() <= 1 << 20 {
+        big.push_str("# padding padding padding padding padding padding padding padding\n");
+    }
+    fs::write(root.join("pkg/big.py"), big).unwrap();
+    fs::write(
+        root.join("pkg/small.py"),
+        "from pkg.big import helper_big\n\nhelper_big()\n",
+    )
+    .unwrap();
+    let tools = ToolBox::new(root);
+    let grep = tools.call("grep", r#"{"pattern": "def helper_big"}"#);
+    assert!(grep.ok, "{}", grep.text);
+    assert!(grep.text.starts_with("no lines match"), "{}", grep.text);
+    assert!(grep.text.contains("pkg/big.py"), "{}", grep.text);
+    let grep = tools.call("grep", r#"{"pattern": "helper_big\\(\\)"}"#);
+    assert!(
+        grep.text.starts_with("pkg/small.py:3: helper_big()\n"),
+        "{}",
+        grep.text
+    );
+    assert!(
+        grep.text
+            .contains("1 file over 1 MiB not searched: pkg/big.py"),
+        "{}",
+        grep.text
+    );
+    let find = tools.call("code_graph", r#"{"op": "find", "name": "helper_big"}"#);
+    assert!(find.text.contains("pkg/big.py"), "{}", find.text);
+    // An answer about one parsed file says nothing of the others.
+    let outline = tools.call("code_graph", r#"{"op": "outline", "path": "pkg/small.py"}"#);
+    assert!(!outline.text.contains("pkg/big.py"), "{}", outline.text);
 }

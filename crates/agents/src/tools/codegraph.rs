@@ -208,14 +208,39 @@ impl CodeGraph {
             .min_by_key(|def| def.end_line - def.start_line)
     }
 
-    /// Call sites whose callee's last dotted component is the last component of `name`.
-    pub fn callers_of(&self, name: &str) -> Vec<&CallSite> {
-        let wanted = last_component(name.trim());
-        self.files
-            .values()
-            .flat_map(|facts| facts.calls.iter())
+    /// Call sites whose callee's last dotted component is the last component of `name`, in files
+    /// at or below `within` (a file or a directory; `None`: everywhere). Those whose callee
+    /// ends with more of a dotted `name` (`Class.method` called as `Class.method(...)` or
+    /// `obj.method` for `method`) come first, then by path and line.
+    pub fn callers_of(&self, name: &str, within: Option<&str>) -> Vec<&CallSite> {
+        let name = name.trim();
+        let wanted = last_component(name);
+        let within = within.map(|w| w.trim_end_matches('/'));
+        let inside = |path: &str| match within {
+            None | Some("") | Some(".") => true,
+            Some(w) => path == w || path.strip_prefix(w).is_some_and(|r| r.starts_with('/')),
+        };
+        let mut calls: Vec<&CallSite> = self
+            .files
+            .iter()
+            .filter(|(path, _)| inside(path))
+            .flat_map(|(_, facts)| facts.calls.iter())
             .filter(|call| last_component(&call.callee) == wanted)
-            .collect()
+            .collect();
+        // How many trailing dotted parts of `name` the callee shares.
+        let shared = |callee: &str| {
+            name.rsplit('.')
+                .zip(callee.rsplit('.'))
+                .take_while(|(a, b)| a == b)
+                .count()
+        };
+        calls.sort_by(|a, b| {
+            shared(&b.callee)
+                .cmp(&shared(&a.callee))
+                .then_with(|| a.path.cmp(&b.path))
+                .then_with(|| a.line.cmp(&b.line))
+        });
+        calls
     }
 
     /// Call sites directly inside the definition `qualname` of `path` (not in nested definitions).

@@ -7,7 +7,7 @@ pub mod bm25;
 pub mod codegraph;
 pub mod repo;
 
-use codegraph::{CallSite, CodeGraph, Definition};
+use codegraph::{CallSite, CodeGraph, Definition, Import};
 use repo::{MAX_GLOB_RESULTS, RepoView, normalize_relative};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -107,7 +107,7 @@ pub enum ToolError {
     /// `code_graph` was asked for an operation it does not have.
     #[error(
         "code_graph: unknown op `{op}`; op must be one of find, outline, callers, \
-         callees, enclosing; expected {usage}"
+         callees, enclosing, imports; expected {usage}"
     )]
     UnknownGraphOp { op: String, usage: &'static str },
     /// The file defines nothing with the qualname.
@@ -230,16 +230,18 @@ pub fn tool_specs() -> Vec<Value> {
             "code_graph",
             "Query the Python code graph. op=find (name): definitions named `name`, \
              `Class.method` or `pkg.module.func`; op=outline (path): the classes and functions \
-             of a file with line ranges; op=callers (name): call sites of functions or methods \
-             with that name; op=callees (path, name = qualname like `Class.method`): calls made \
-             inside that definition; op=enclosing (path, line): the innermost function or class \
-             containing the line.",
+             of a file with line ranges; op=callers (name, optional path): call sites of \
+             functions or methods with that name, closest dotted matches first, only in that file \
+             or directory if a path is given; op=callees (path, name = qualname like \
+             `Class.method`): calls made inside that definition; op=enclosing (path, line): the \
+             innermost function or class containing the line; op=imports (path): what a file \
+             imports, or (name = a dotted module) the files that import that module.",
             json!({
                 "type": "object",
                 "properties": {
-                    "op": {"type": "string", "enum": ["find", "outline", "callers", "callees", "enclosing"]},
-                    "name": {"type": "string", "description": "A name or dotted qualname (find, callers, callees)."},
-                    "path": {"type": "string", "description": "A .py file relative to the repository root (outline, callees, enclosing)."},
+                    "op": {"type": "string", "enum": ["find", "outline", "callers", "callees", "enclosing", "imports"]},
+                    "name": {"type": "string", "description": "A name or dotted qualname (find, callers, callees), or a dotted module (imports)."},
+                    "path": {"type": "string", "description": "A .py file relative to the repository root (outline, callees, enclosing, imports), or a file or directory narrowing callers."},
                     "line": {"type": "integer", "minimum": 1, "description": "A 1-based line number (enclosing)."}
                 },
                 "required": ["op"],
@@ -306,11 +308,33 @@ impl ToolBox {
             .optional_usize("max_hits")?
             .unwrap_or(DEFAULT_GREP_HITS)
             .clamp(1, MAX_GREP_HITS);
-        let hits = self.repo.grep(pattern, path_glob, max_hits + 1)?;
+        let (hits, too_large) = self
+            .repo
+            .grep_reporting_skips(pattern, path_glob, max_hits + 1)?;
+        // Never a silent skip: the agent learns which files were not searched.
+        let skipped = match too_large.len() {
+            0 => String::new(),
+            n => format!(
+                "[{n} file{} over 1 MiB not searched: {}{}; read parts of them with read_file]\n",
+                if n == 1 { "" } else { "s" },
+                too_large
+                    .iter()
+                    .take(10)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if n > 10 { ", …" } else { "" }
+            ),
+        };
         if hits.is_empty() {
             let scope =
                 path_glob.map_or(String::new(), |glob| format!(" in files matching `{glob}`"));
-            return Ok(format!("no lines match `{pattern}`{scope}"));
+            let mut none = format!("no lines match `{pattern}`{scope}");
+            if !skipped.is_empty() {
+                none.push('\n');
+                none.push_str(&skipped);
+            }
+            return Ok(none);
         }
         let mut out: String = hits
             .iter()
@@ -322,6 +346,7 @@ impl ToolBox {
                 "[stopped at {max_hits} hits; narrow the pattern or path_glob, or raise max_hits (at most {MAX_GREP_HITS})]\n"
             ));
         }
+        out.push_str(&skipped);
         Ok(out)
     }
 
@@ -360,6 +385,25 @@ impl ToolBox {
 
     fn call_code_graph(&self, args: &Args) -> Result<String, ToolError> {
         let op = args.required_str("op")?;
+        let mut answer = self.graph_answer(op, args)?;
+        // Never a silent skip: searches over the whole graph say which files it lacks.
+        let skipped = self.graph().skipped_files();
+        if matches!(op, "find" | "callers" | "imports") && !skipped.is_empty() {
+            if !answer.ends_with('\n') {
+                answer.push('\n');
+            }
+            answer.push_str(&format!(
+                "[{} Python file{} not in the graph (over 1 MiB, binary or unreadable): {}{}; read them in parts with read_file]\n",
+                skipped.len(),
+                if skipped.len() == 1 { "" } else { "s" },
+                skipped.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
+                if skipped.len() > 10 { ", …" } else { "" }
+            ));
+        }
+        Ok(answer)
+    }
+
+    fn graph_answer(&self, op: &str, args: &Args) -> Result<String, ToolError> {
         let graph = self.graph();
         match op {
             "find" => {
@@ -378,12 +422,45 @@ impl ToolBox {
             }
             "callers" => {
                 let name = args.required_str("name")?;
-                let calls = graph.callers_of(name);
-                if calls.is_empty() {
-                    return Ok(format!("no calls of `{name}` found; try grep for the name"));
+                let within = args.optional_str("path")?.map(normalize_relative);
+                if let Some(within) = &within {
+                    repo::checked_relative_path(within)?;
                 }
-                Ok(calls.into_iter().map(describe_call).collect())
+                let calls = graph.callers_of(name, within.as_deref());
+                if calls.is_empty() {
+                    let place = within.map(|w| format!(" in {w}")).unwrap_or_default();
+                    return Ok(format!(
+                        "no calls of `{name}` found{place}; try grep for the name"
+                    ));
+                }
+                let total = calls.len();
+                let mut out = match total {
+                    1 => "1 call site\n".to_string(),
+                    n => format!("{n} call sites\n"),
+                };
+                out.extend(calls.into_iter().map(describe_call));
+                Ok(out)
             }
+            "imports" => match (args.optional_str("path")?, args.optional_str("name")?) {
+                (Some(_), _) => {
+                    let path = self.graph_path(args)?;
+                    let imports = graph.imports_in(&path);
+                    if imports.is_empty() {
+                        return Ok(format!("{path} imports nothing"));
+                    }
+                    Ok(imports.into_iter().map(describe_import).collect())
+                }
+                (None, Some(module)) => {
+                    let imports = graph.files_importing(module);
+                    if imports.is_empty() {
+                        return Ok(format!(
+                            "no file imports `{module}`; give a dotted module such as `pkg.sub`"
+                        ));
+                    }
+                    Ok(imports.into_iter().map(describe_import).collect())
+                }
+                (None, None) => Err(args.missing("path")),
+            },
             "callees" => {
                 let path = self.graph_path(args)?;
                 let qualname = args.required_str("name")?;
@@ -450,6 +527,23 @@ fn describe_definition(def: &Definition) -> String {
     out
 }
 
+/// `path:line: from module import names` (with the absolute module when it differs).
+fn describe_import(import: &Import) -> String {
+    let statement = if import.names.is_empty() {
+        format!("import {}", import.module)
+    } else {
+        format!("from {} import {}", import.module, import.names.join(", "))
+    };
+    if import.absolute_module != import.module {
+        format!(
+            "{}:{}: {statement}  (module {})\n",
+            import.path, import.line, import.absolute_module
+        )
+    } else {
+        format!("{}:{}: {statement}\n", import.path, import.line)
+    }
+}
+
 /// `path:line in caller: callee(...)`.
 fn describe_call(call: &CallSite) -> String {
     let caller = call.caller.as_deref().unwrap_or("<module>");
@@ -470,7 +564,7 @@ fn usage_of(tool: &str) -> Option<&'static str> {
             r#"{"path": "<relative path>", "start_line": <integer, optional>, "end_line": <integer, optional>}"#
         }
         "code_graph" => {
-            r#"{"op": "find|outline|callers|callees|enclosing", "name": "<name, for find/callers/callees>", "path": "<.py path, for outline/callees/enclosing>", "line": <integer, for enclosing>}"#
+            r#"{"op": "find|outline|callers|callees|enclosing|imports", "name": "<name, for find/callers/callees; a module, for imports>", "path": "<.py path, for outline/callees/enclosing/imports; a file or directory narrowing callers>", "line": <integer, for enclosing>}"#
         }
         _ => return None,
     })
@@ -657,7 +751,7 @@ mod tests {
         std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
         let tools = ToolBox::new(dir.path());
         let grep_usage = r#"{"pattern": "<regex>", "path_glob": "<glob, optional>", "max_hits": <integer, optional>}"#;
-        let graph_usage = r#"{"op": "find|outline|callers|callees|enclosing", "name": "<name, for find/callers/callees>", "path": "<.py path, for outline/callees/enclosing>", "line": <integer, for enclosing>}"#;
+        let graph_usage = r#"{"op": "find|outline|callers|callees|enclosing|imports", "name": "<name, for find/callers/callees; a module, for imports>", "path": "<.py path, for outline/callees/enclosing/imports; a file or directory narrowing callers>", "line": <integer, for enclosing>}"#;
         let json_error = serde_json::from_str::<Value>("{").unwrap_err();
         let cases = [
             (
@@ -696,7 +790,7 @@ mod tests {
                 "code_graph",
                 r#"{"op": "explode"}"#.to_string(),
                 format!(
-                    "code_graph: unknown op `explode`; op must be one of find, outline, callers, callees, enclosing; expected {graph_usage}"
+                    "code_graph: unknown op `explode`; op must be one of find, outline, callers, callees, enclosing, imports; expected {graph_usage}"
                 ),
             ),
             (

@@ -69,6 +69,17 @@ impl RepoView {
         path_glob: Option<&str>,
         max_hits: usize,
     ) -> Result<Vec<GrepHit>, ToolError> {
+        Ok(self.grep_reporting_skips(pattern, path_glob, max_hits)?.0)
+    }
+
+    /// [`RepoView::grep`], and the files it would have searched but did not because they are
+    /// over [`MAX_FILE_BYTES`] (among those it reached before `max_hits`), so a caller can say so.
+    pub fn grep_reporting_skips(
+        &self,
+        pattern: &str,
+        path_glob: Option<&str>,
+        max_hits: usize,
+    ) -> Result<(Vec<GrepHit>, Vec<String>), ToolError> {
         let regex = RegexBuilder::new(pattern)
             .size_limit(10 * 1024 * 1024)
             .build()
@@ -81,6 +92,7 @@ impl RepoView {
             .transpose()?;
         let max_hits = max_hits.max(1);
         let mut hits = Vec::new();
+        let mut too_large = Vec::new();
         for path in self.walk_files() {
             if let Some(filter) = &filter
                 && !path_filter_matches(filter, &path)
@@ -88,6 +100,9 @@ impl RepoView {
                 continue;
             }
             let Some(text) = self.load_text(&path) else {
+                if self.is_too_large(&path) {
+                    too_large.push(path);
+                }
                 continue;
             };
             for (index, line) in text.lines().enumerate() {
@@ -98,12 +113,18 @@ impl RepoView {
                         text: shorten_around(line.trim_end(), found.start(), MAX_HIT_CHARS),
                     });
                     if hits.len() >= max_hits {
-                        return Ok(hits);
+                        return Ok((hits, too_large));
                     }
                 }
             }
         }
-        Ok(hits)
+        Ok((hits, too_large))
+    }
+
+    /// Whether a walked file is a regular file over [`MAX_FILE_BYTES`].
+    fn is_too_large(&self, path: &str) -> bool {
+        fs::symlink_metadata(self.root.join(path))
+            .is_ok_and(|m| m.is_file() && m.len() > MAX_FILE_BYTES)
     }
 
     /// Files (not directories) whose relative path matches `pattern`, sorted, at most

@@ -454,7 +454,21 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
             if self.cfg.variant.action_enumeration {
                 self.explore_candidates(node).await
             } else {
-                Ok(self.choose_action(node).await?.into_iter().collect())
+                match self.choose_action(node).await? {
+                    Some(action) => Ok(vec![action]),
+                    // An unreadable choice falls back as `full`'s unreadable filter does (the
+                    // first k candidates), so the ablation is not lowered by a parse failure.
+                    None => {
+                        let k = self.cfg.first_branch_limit;
+                        let fallback: Vec<Action> = candidate_actions(&node.screen.hierarchy)
+                            .into_iter()
+                            .take(k)
+                            .collect();
+                        self.note(json!({"stage": "choose_fallback",
+                            "path_len": node.actions.len(), "kept": fallback.len()}));
+                        Ok(fallback)
+                    }
+                }
             }
         }))
         .await;

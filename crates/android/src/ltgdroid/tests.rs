@@ -154,6 +154,37 @@ async fn no_ae_runs_no_pre_assessment() {
     assert_eq!(run.actions_executed, run.trace.len());
 }
 
+/// `no-ae` whose first choice is unreadable goes on from the first k candidates, as `full` does
+/// when its filter answer is unreadable, instead of ending the run there.
+#[tokio::test]
+async fn no_ae_falls_back_to_the_first_candidates_on_an_unreadable_choice() {
+    let ds = dataset();
+    let id = "habitflow-07";
+    let gold = ds.reports[id].ground_truth.clone();
+    let unreadable_left = Arc::new(Mutex::new(1));
+    let chooses = Arc::new(Mutex::new(0));
+    let (left, seen_chooses) = (unreadable_left.clone(), chooses.clone());
+    let llm = ScriptedLlm::new(move |messages| {
+        let system = message_text(&messages[0]);
+        if Stage::of_system_prompt(&system) == Some(Stage::Choose) {
+            *seen_chooses.lock().unwrap() += 1;
+            let mut left = left.lock().unwrap();
+            if *left > 0 {
+                *left -= 1;
+                return Ok("I cannot tell which element to use here.".into());
+            }
+        }
+        Ok(answer(messages, &gold, GuidedShape::default()))
+    });
+    let (run, _) = run_on(&ds, id, "no-ae", 4, &llm, &meter()).await;
+    assert_eq!(*unreadable_left.lock().unwrap(), 0);
+    assert!(run.actions_executed >= 1, "{run:?}");
+    assert!(
+        *chooses.lock().unwrap() >= 2,
+        "the run ended at the unreadable choice"
+    );
+}
+
 #[tokio::test]
 async fn no_ta_passes_no_transition_summaries() {
     let ds = dataset();
