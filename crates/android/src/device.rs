@@ -191,6 +191,21 @@ pub enum Action {
     Rotate,
 }
 
+/// Simple names of the exceptions a report's text names (`java.lang.NullPointerException` and
+/// `NullPointerException` both give `NullPointerException`); bare `Exception` or `Error` name
+/// none.
+pub fn named_exceptions(text: &str) -> std::collections::BTreeSet<String> {
+    static NAMED: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let named = NAMED.get_or_init(|| {
+        regex::Regex::new(r"\b(?:[a-z_$][\w$]*\.)*([A-Z][\w$]*?(?:Exception|Error))\b")
+            .expect("static regex")
+    });
+    named
+        .captures_iter(text)
+        .map(|c| c[1].to_string())
+        .collect()
+}
+
 /// An app crash, as the crash oracle reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Crash {
@@ -202,6 +217,22 @@ pub struct Crash {
     pub message: String,
     /// Top stack frames (`at ...` lines, without `at `).
     pub frames: Vec<String>,
+}
+
+impl Crash {
+    /// Whether this is the crash a report names: its exception, or one its message carries
+    /// (a `RuntimeException` wrapping the cause), is among `named`; any crash when the report
+    /// names none.
+    pub fn is_reported(&self, named: &std::collections::BTreeSet<String>) -> bool {
+        if named.is_empty() {
+            return true;
+        }
+        let simple = self.exception.rsplit('.').next().unwrap_or_default();
+        named.contains(simple)
+            || named_exceptions(&self.message)
+                .iter()
+                .any(|n| named.contains(n))
+    }
 }
 
 /// Device failures.

@@ -264,14 +264,33 @@ pub fn installed_package(before: &str, after: &str) -> Result<Option<String>, Em
     }
 }
 
-/// How an attempt is graded: success and verdict from the bug type, whether the replay hit
-/// the crash oracle, and whether the agent claimed a reproduction.
-pub fn grade(bug_type: BugType, replay_crashed: bool, claimed: bool) -> (bool, &'static str) {
+/// What an agent said about its trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// The agent has no claim to make (the monkey): its replay alone is graded.
+    NotAsked,
+    /// The agent claimed a reproduction within its budget.
+    Made,
+    /// The agent made no claim, or made it past its budget (a failure, as the papers count it).
+    NotMade,
+}
+
+/// How an attempt is graded: success and verdict from the bug type, the crash the replay hit
+/// (which must be one the report names, when it names any), and the agent's claim.
+pub fn grade(
+    bug_type: BugType,
+    replay_crash: Option<&Crash>,
+    reported: &BTreeSet<String>,
+    claim: Claim,
+) -> (bool, &'static str) {
     match bug_type {
-        BugType::Crash if replay_crashed => (true, "reproduced"),
+        _ if claim == Claim::NotMade => (false, "not_reproduced"),
+        BugType::Crash if replay_crash.is_some_and(|c| c.is_reported(reported)) => {
+            (true, "reproduced")
+        }
         BugType::Crash => (false, "not_reproduced"),
         // Nothing on a real device checks a wrong behaviour: a person reviews the claim.
-        BugType::NonCrash if claimed => (true, "needs_review"),
+        BugType::NonCrash if claim == Claim::Made => (true, "needs_review"),
         BugType::NonCrash => (false, "not_reproduced"),
     }
 }
@@ -409,7 +428,7 @@ pub async fn run_on_device(
     });
     let mut usage = Usage::default();
     let kind = registry::agent_kind(Track::Android, &payload.agent);
-    let (trace, actions, claimed) = match kind {
+    let (trace, actions, claim) = match kind {
         Some(AgentKind::Monkey) => {
             let out =
                 match tokio::time::timeout(budget, monkey(dev, package, payload.seed, max_actions))
@@ -420,7 +439,7 @@ pub async fn run_on_device(
                 };
             details["agent_crash"] = serde_json::json!(out.crash);
             let n = out.trace.len();
-            (out.trace, n, false)
+            (out.trace, n, Claim::NotAsked)
         }
         Some(AgentKind::GoldTrace) => {
             return Err(Failure::new(
@@ -485,19 +504,31 @@ pub async fn run_on_device(
             );
             details["exhausted"] = serde_json::json!(run.exhausted);
             details["replay"] = gateway.is_some_and(|g| g.is_replay()).into();
-            (run.trace, run.actions_executed, run.claimed)
+            let claim = if run.claimed && run.exhausted.is_none() {
+                Claim::Made
+            } else {
+                Claim::NotMade
+            };
+            details["claimed"] = run.claimed.into();
+            (run.trace, run.actions_executed, claim)
         }
     };
-    let crashed = match inst.bug_type {
+    let crash = match inst.bug_type {
         BugType::Crash => {
             let crash = replay_for_crash(dev, package, &trace).await?;
             details["crash"] = serde_json::json!(crash);
-            crash.is_some()
+            crash
         }
-        BugType::NonCrash => false,
+        BugType::NonCrash => None,
     };
-    let (success, verdict) = grade(inst.bug_type, crashed, claimed);
-    details["claimed"] = claimed.into();
+    // The exceptions the report names, which the replay's crash must be one of.
+    let reported = inst
+        .report
+        .as_ref()
+        .map(|r| super::device::named_exceptions(&format!("{}\n{}", r.title, r.body)))
+        .unwrap_or_default();
+    details["reported_exceptions"] = serde_json::json!(reported);
+    let (success, verdict) = grade(inst.bug_type, crash.as_ref(), &reported, claim);
     details["reproduced"] = success.into();
     details["verdict"] = verdict.into();
     details["trace"] = serde_json::json!(trace);

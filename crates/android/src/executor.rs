@@ -267,7 +267,11 @@ async fn attempt(
             details["claimed"] = run.claimed.into();
             details["exhausted"] = serde_json::json!(run.exhausted);
             details["replay"] = setup.gateway.as_ref().is_some_and(|g| g.is_replay()).into();
-            (reproduced, run.trace, run.actions_executed)
+            // As the papers count it: the agent claimed a reproduction within its budget, and
+            // the replay confirms it.
+            details["replay_reproduces"] = reproduced.into();
+            let success = counts_as_reproduced(reproduced, &run);
+            (success, run.trace, run.actions_executed)
         }
     };
     details["reproduced"] = reproduced.into();
@@ -295,6 +299,12 @@ async fn attempt(
     })
 }
 
+/// Success as the papers count it: the agent claimed a reproduction, within its budget, and the
+/// replay of its trace on a fresh device reproduces the bug.
+pub fn counts_as_reproduced(replay_reproduces: bool, run: &crate::agent::AndroidRun) -> bool {
+    replay_reproduces && run.claimed && run.exhausted.is_none()
+}
+
 impl Executor for SimExecutor {
     fn kind(&self) -> ExecutorKind {
         ExecutorKind::Sim
@@ -308,5 +318,28 @@ impl Executor for SimExecutor {
                 _ = ctx.cancel.cancelled() => AttemptEnd::Cancelled,
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod success_tests {
+    use super::counts_as_reproduced;
+    use crate::agent::AndroidRun;
+
+    #[test]
+    fn a_reproduction_counts_only_when_claimed_within_the_budget() {
+        let run = |claimed: bool, exhausted: bool| AndroidRun {
+            claimed,
+            exhausted: exhausted.then(|| {
+                crate::agent::Meter::new(0, std::time::Duration::from_secs(1))
+                    .take_action()
+                    .unwrap_err()
+            }),
+            ..AndroidRun::default()
+        };
+        assert!(counts_as_reproduced(true, &run(true, false)));
+        assert!(!counts_as_reproduced(true, &run(false, false)));
+        assert!(!counts_as_reproduced(true, &run(true, true)));
+        assert!(!counts_as_reproduced(false, &run(true, false)));
     }
 }

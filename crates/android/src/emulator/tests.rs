@@ -182,18 +182,65 @@ fn package_diff() {
 
 #[test]
 fn grading_rules() {
-    assert_eq!(grade(BugType::Crash, true, false), (true, "reproduced"));
+    let none = BTreeSet::new();
+    let crash = |exception: &str, message: &str| Crash {
+        process: "org.example".into(),
+        exception: exception.into(),
+        message: message.into(),
+        frames: vec![],
+    };
+    let npe = crash("java.lang.NullPointerException", "boom");
     assert_eq!(
-        grade(BugType::Crash, false, true),
+        grade(BugType::Crash, Some(&npe), &none, Claim::NotAsked),
+        (true, "reproduced")
+    );
+    assert_eq!(
+        grade(BugType::Crash, Some(&npe), &none, Claim::Made),
+        (true, "reproduced")
+    );
+    // No claim, or a claim past the budget: a failure even when the replay crashes.
+    assert_eq!(
+        grade(BugType::Crash, Some(&npe), &none, Claim::NotMade),
         (false, "not_reproduced")
     );
     assert_eq!(
-        grade(BugType::NonCrash, false, true),
+        grade(BugType::Crash, None, &none, Claim::Made),
+        (false, "not_reproduced")
+    );
+    // The report names its exception: another crash is not the reported one.
+    let named = crate::device::named_exceptions(
+        "App crashes with java.lang.IllegalStateException when rotating",
+    );
+    assert_eq!(
+        grade(BugType::Crash, Some(&npe), &named, Claim::Made),
+        (false, "not_reproduced")
+    );
+    let wrapped = crash(
+        "java.lang.RuntimeException",
+        "Unable to start activity: java.lang.IllegalStateException: no view",
+    );
+    assert_eq!(
+        grade(BugType::Crash, Some(&wrapped), &named, Claim::Made),
+        (true, "reproduced")
+    );
+    assert_eq!(
+        grade(BugType::NonCrash, None, &none, Claim::Made),
         (true, "needs_review")
     );
     assert_eq!(
-        grade(BugType::NonCrash, false, false),
+        grade(BugType::NonCrash, None, &none, Claim::NotMade),
         (false, "not_reproduced")
+    );
+}
+
+#[test]
+fn named_exceptions_are_the_simple_names_a_report_gives() {
+    let named = crate::device::named_exceptions(
+        "Crash: java.lang.NullPointerException at Foo; also an OutOfMemoryError, an Error and an Exception",
+    );
+    assert_eq!(
+        named.into_iter().collect::<Vec<_>>(),
+        ["NullPointerException", "OutOfMemoryError"]
     );
 }
 
