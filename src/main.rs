@@ -2,6 +2,7 @@
 //! lives in the crates (`reprobench-coordinator`, `reprobench-agent-node`, `reprobench-analysis`).
 
 mod bench;
+mod bench_tools;
 mod bundled;
 mod client;
 mod credential_cmd;
@@ -678,6 +679,10 @@ enum BenchWhich {
     /// The real SWT-bench slice: gold validation cold and warm on 1 and 2 local nodes, a
     /// prediction set once gold and base are cached, harness overhead per execution, disk used.
     Slice(bench::SliceBenchArgs),
+    /// The agents' repository tools on a real checkout: code-graph build time and resident
+    /// memory with N concurrent tasks, each with its own graph and sharing one per commit, and
+    /// grep's latency per call.
+    Tools(bench_tools::ToolsBenchArgs),
 }
 
 fn init_tracing(default: &str) {
@@ -746,6 +751,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
             BenchWhich::Preassess(b) => bench::preassess(b).await?,
             BenchWhich::Grade(b) => bench::grade(b)?,
             BenchWhich::Slice(b) => bench::slice(b).await?,
+            BenchWhich::Tools(b) => bench_tools::tools(b)?,
         },
         Command::Gateway(a) => gateway_cmd::gateway(a).await?,
         Command::Credential(a) => credential_cmd::credential(a)?,

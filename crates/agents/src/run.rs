@@ -156,7 +156,8 @@ pub async fn run_builtin(
         &setup.env.test_cmd,
         &setup.env.test_directives,
         setup.limits.clone(),
-    );
+    )
+    .with_shared_graph(&setup.instance.repo, &setup.instance.base_commit);
     let brief = brief_of(setup.instance);
     let kind = registry::agent_kind(Track::Swt, name);
     let (defaults, sampling) = sampling_of(kind, backbone);

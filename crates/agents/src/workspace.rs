@@ -73,6 +73,15 @@ impl SandboxWorkspace {
         }
     }
 
+    /// The same workspace, its code graph shared with every workspace of `commit` of
+    /// `repository` in this process (the checkout must be that commit, unmodified: agents write
+    /// only into their sandboxes' copies).
+    pub fn with_shared_graph(mut self, repository: &str, commit: &str) -> SandboxWorkspace {
+        let root = self.tools.repo().root().to_path_buf();
+        self.tools = Arc::new(ToolBox::shared(root, repository, commit));
+        self
+    }
+
     /// The read-only tools (for retrieval by baselines).
     pub fn toolbox(&self) -> &ToolBox {
         &self.tools

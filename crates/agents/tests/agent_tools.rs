@@ -711,3 +711,27 @@ fn files_over_the_size_limit_are_reported_by_grep_and_the_code_graph() {
     let outline = tools.call("code_graph", r#"{"op": "outline", "path": "pkg/small.py"}"#);
     assert!(!outline.text.contains("pkg/big.py"), "{}", outline.text);
 }
+
+/// Toolboxes of one commit share one code graph, built once even when asked for at once;
+/// another commit has its own.
+#[test]
+fn toolboxes_of_one_commit_share_one_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = project(dir.path());
+    let boxes: Vec<std::sync::Arc<ToolBox>> = (0..4)
+        .map(|_| std::sync::Arc::new(ToolBox::shared(&root, "example/pkg", "c0ffee")))
+        .collect();
+    let graphs: Vec<usize> = std::thread::scope(|scope| {
+        let handles: Vec<_> = boxes
+            .iter()
+            .map(|b| scope.spawn(|| b.graph() as *const CodeGraph as usize))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(graphs.iter().all(|g| *g == graphs[0]), "{graphs:?}");
+    assert!(boxes[0].graph().find("helper").len() == 1);
+    let other = ToolBox::shared(&root, "example/pkg", "decade");
+    assert_ne!(other.graph() as *const CodeGraph as usize, graphs[0]);
+    let own = ToolBox::new(&root);
+    assert_ne!(own.graph() as *const CodeGraph as usize, graphs[0]);
+}

@@ -12,7 +12,7 @@ use repo::{MAX_GLOB_RESULTS, RepoView, normalize_relative};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Longest text one tool call returns, in characters.
 pub const MAX_OUTPUT_CHARS: usize = 8000;
@@ -156,11 +156,61 @@ impl ToolOutput {
     }
 }
 
-/// The repository tools over one checkout; the code graph is built on first use.
+/// The repository tools over one checkout; the code graph is built on first use, once per
+/// (repository, commit) in this process when the toolbox has a [`ToolBox::shared`] key.
 #[derive(Debug)]
 pub struct ToolBox {
     repo: RepoView,
-    graph: OnceLock<CodeGraph>,
+    graph: OnceLock<Arc<CodeGraph>>,
+    /// The key of the shared graph (`repository@commit`), if any.
+    shared_key: Option<String>,
+}
+
+/// Code graphs of recently used commits kept alive beyond the tasks using them (variants and
+/// repeats of one instance follow one another).
+pub const GRAPHS_KEPT: usize = 4;
+
+/// The process's code graphs by key: each built once (concurrent askers wait for the one
+/// build) and shared read-only.
+#[derive(Default)]
+struct GraphCache {
+    /// Most recently used last.
+    entries: Vec<(String, Arc<OnceLock<Arc<CodeGraph>>>)>,
+}
+
+static GRAPHS: Mutex<GraphCache> = Mutex::new(GraphCache {
+    entries: Vec::new(),
+});
+
+/// How many code graphs this process has built (for tests and benchmarks of the sharing).
+static GRAPH_BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many code graphs this process has built so far.
+pub fn graph_builds() -> usize {
+    GRAPH_BUILDS.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+fn build_counted(repo: &RepoView) -> Arc<CodeGraph> {
+    GRAPH_BUILDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Arc::new(CodeGraph::build(repo))
+}
+
+/// The shared graph of `key`, built from `repo` if no task has built it yet.
+fn shared_graph(key: &str, repo: &RepoView) -> Arc<CodeGraph> {
+    let cell = {
+        let mut cache = GRAPHS.lock().unwrap_or_else(|e| e.into_inner());
+        let cell = match cache.entries.iter().position(|(k, _)| k == key) {
+            Some(i) => cache.entries.remove(i).1,
+            None => Arc::new(OnceLock::new()),
+        };
+        cache.entries.push((key.to_string(), cell.clone()));
+        if cache.entries.len() > GRAPHS_KEPT {
+            cache.entries.remove(0);
+        }
+        cell
+    };
+    // Outside the cache's lock: other keys are served while this one builds.
+    cell.get_or_init(|| build_counted(repo)).clone()
 }
 
 /// Names of the tools [`ToolBox::call`] accepts.
@@ -257,6 +307,16 @@ impl ToolBox {
         ToolBox {
             repo: RepoView::new(root),
             graph: OnceLock::new(),
+            shared_key: None,
+        }
+    }
+
+    /// Tools over a checkout of `commit` of `repository` that nothing writes to: every toolbox
+    /// of the same commit in this process shares one code graph (a commit id names its tree).
+    pub fn shared(root: impl Into<PathBuf>, repository: &str, commit: &str) -> ToolBox {
+        ToolBox {
+            shared_key: Some(format!("{repository}@{commit}")),
+            ..ToolBox::new(root)
         }
     }
 
@@ -267,7 +327,10 @@ impl ToolBox {
 
     /// The code graph, built on the first call.
     pub fn graph(&self) -> &CodeGraph {
-        self.graph.get_or_init(|| CodeGraph::build(&self.repo))
+        self.graph.get_or_init(|| match &self.shared_key {
+            Some(key) => shared_graph(key, &self.repo),
+            None => build_counted(&self.repo),
+        })
     }
 
     /// Runs the tool `name` with `arguments` (a JSON object as the model wrote it). Bad input
