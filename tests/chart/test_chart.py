@@ -67,10 +67,11 @@ COMBINATIONS = {
     "no-kubernetes-api": {"kubernetes": {"enabled": False}, "metrics": {"enabled": False}},
     "tls-off": {"tls": {"enabled": False}},
     "tls-existing-secret": {"tls": {"existingSecret": "coordinator-cert"}},
+    "tls-cert-manager": {"tls": {"certManager": {"issuerRef": {"name": "team-ca", "kind": "ClusterIssuer"}}}},
 }
 
 # Custom resources (KEDA's) have no schema in kubernetes-validate; their fields are checked below.
-CUSTOM = {"keda.sh/v1alpha1"}
+CUSTOM = {"keda.sh/v1alpha1", "cert-manager.io/v1"}
 
 
 def test_lint_is_clean_in_strict_mode():
@@ -236,6 +237,17 @@ def test_tls_is_on_by_default_with_a_generated_ca_kept_across_upgrades():
     assert find(objects, "Secret", "rb-reprobench-tls") == []
     sts = one(objects, "StatefulSet")["spec"]["template"]["spec"]
     assert {v["name"]: v for v in sts["volumes"]}["tls"]["secret"]["secretName"] == "coordinator-cert"
+
+    # cert-manager when asked: a Certificate for the Service's names, whose Secret is the one read.
+    objects, _ = render(COMBINATIONS["tls-cert-manager"])
+    assert find(objects, "Secret", "rb-reprobench-tls") == []
+    cert = one(objects, "Certificate")
+    assert cert["apiVersion"] == "cert-manager.io/v1"
+    assert cert["spec"]["secretName"] == "rb-reprobench-tls"
+    assert cert["spec"]["issuerRef"] == {"name": "team-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    assert "rb-reprobench-coordinator.bench.svc" in cert["spec"]["dnsNames"]
+    sts = one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    assert {v["name"]: v for v in sts["volumes"]}["tls"]["secret"]["secretName"] == "rb-reprobench-tls"
 
     # Off only when asked: plain http, no certificate flags.
     objects, _ = render({"tls": {"enabled": False}})
