@@ -735,3 +735,33 @@ fn toolboxes_of_one_commit_share_one_graph() {
     let own = ToolBox::new(&root);
     assert_ne!(own.graph() as *const CodeGraph as usize, graphs[0]);
 }
+
+/// Whole-file screening finds what a line-by-line search finds: anchors at line ends, CRLF
+/// files, and a pattern spanning lines (never a match, as in a line-by-line search).
+#[test]
+fn grep_matches_lines_as_a_line_by_line_search_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    fs::create_dir_all(&root).unwrap();
+    fs::write(root.join("unix.py"), "x = 1\nimport os\nend = 2\n").unwrap();
+    fs::write(root.join("dos.py"), "y = 1\r\nimport sys\r\nend = 3\r\n").unwrap();
+    let repo = RepoView::new(&root);
+    let found = |pattern: &str| -> Vec<(String, usize)> {
+        repo.grep(pattern, None, 100)
+            .unwrap()
+            .into_iter()
+            .map(|h| (h.path, h.line))
+            .collect()
+    };
+    assert_eq!(
+        found("^import"),
+        [("dos.py".into(), 2), ("unix.py".into(), 2)]
+    );
+    assert_eq!(found(r"sys$"), [("dos.py".to_string(), 2)]);
+    assert_eq!(
+        found(r"^end = \d$"),
+        [("dos.py".into(), 3), ("unix.py".into(), 3)]
+    );
+    assert!(found(r"1\nimport").is_empty());
+    assert!(found(r"os\s+end").is_empty());
+}

@@ -87,6 +87,14 @@ impl RepoView {
                 pattern: pattern.to_string(),
                 message: first_line(&error.to_string()),
             })?;
+        // One scan of a whole file decides whether any of its lines can match: a match within a
+        // line is a match in the text, `^` and `$` holding at line ends (multi-line mode).
+        // Most files of a large repository hold no match and are never split into lines.
+        let whole_file = RegexBuilder::new(pattern)
+            .size_limit(10 * 1024 * 1024)
+            .multi_line(true)
+            .build()
+            .ok();
         let filter = path_glob
             .map(|glob| GlobPattern::parse(glob.trim_start_matches("./")))
             .transpose()?;
@@ -105,6 +113,11 @@ impl RepoView {
                 }
                 continue;
             };
+            // (`lines()` also drops a `\r` before each `\n`, which `$` would not pass: files with
+            // a `\r` are searched line by line only.)
+            if !text.contains('\r') && whole_file.as_ref().is_some_and(|w| !w.is_match(&text)) {
+                continue;
+            }
             for (index, line) in text.lines().enumerate() {
                 if let Some(found) = regex.find(line) {
                     hits.push(GrepHit {
