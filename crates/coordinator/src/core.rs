@@ -625,6 +625,28 @@ mod tests {
             .run_id
         }
 
+        /// Node `n` opens stream `conn` anew (a default queue), offering `free` synthetic slots.
+        fn reconnect(&mut self, conn: u64, free: u32) {
+            let (tx, out) = node_channel(DEFAULT_MAX_NODE_QUEUE);
+            self.out = out;
+            let hello = Hello {
+                node_id: "n".into(),
+                free: vec![SlotCount {
+                    kind: "synthetic".into(),
+                    slots: free,
+                }],
+                ..Default::default()
+            };
+            self.core
+                .send(Command::Connect {
+                    node_id: "n".into(),
+                    conn,
+                    hello,
+                    out: tx,
+                })
+                .unwrap();
+        }
+
         fn send(&self, body: node_message::Body) {
             self.core
                 .send(Command::FromNode {
@@ -842,24 +864,7 @@ mod tests {
             );
         }
         // A new pod of the same name connects anew and is given work.
-        let (tx, out) = node_channel(DEFAULT_MAX_NODE_QUEUE);
-        h.out = out;
-        let hello = Hello {
-            node_id: "n".into(),
-            free: vec![SlotCount {
-                kind: "synthetic".into(),
-                slots: 1,
-            }],
-            ..Default::default()
-        };
-        h.core
-            .send(Command::Connect {
-                node_id: "n".into(),
-                conn: 2,
-                hello,
-                out: tx,
-            })
-            .unwrap();
+        h.reconnect(2, 1);
         let g = h.grant();
         assert_eq!(g.run_id, run);
     }
@@ -898,24 +903,7 @@ mod tests {
             }
         }
         // Reconnected with room, the node is given the run's work again.
-        let (tx, out) = node_channel(DEFAULT_MAX_NODE_QUEUE);
-        h.out = out;
-        let hello = Hello {
-            node_id: "n".into(),
-            free: vec![SlotCount {
-                kind: "synthetic".into(),
-                slots: 4,
-            }],
-            ..Default::default()
-        };
-        h.core
-            .send(Command::Connect {
-                node_id: "n".into(),
-                conn: 2,
-                hello,
-                out: tx,
-            })
-            .unwrap();
+        h.reconnect(2, 4);
         assert_eq!(h.grant().run_id, run);
     }
 

@@ -375,20 +375,12 @@ impl ToolBox {
             .repo
             .grep_reporting_skips(pattern, path_glob, max_hits + 1)?;
         // Never a silent skip: the agent learns which files were not searched.
-        let skipped = match too_large.len() {
-            0 => String::new(),
-            n => format!(
-                "[{n} file{} over 1 MiB not searched: {}{}; read parts of them with read_file]\n",
-                if n == 1 { "" } else { "s" },
-                too_large
-                    .iter()
-                    .take(10)
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                if n > 10 { ", …" } else { "" }
-            ),
-        };
+        let skipped = skipped_note(
+            &too_large,
+            "file",
+            "over 1 MiB not searched",
+            "read parts of them with read_file",
+        );
         if hits.is_empty() {
             let scope =
                 path_glob.map_or(String::new(), |glob| format!(" in files matching `{glob}`"));
@@ -455,12 +447,11 @@ impl ToolBox {
             if !answer.ends_with('\n') {
                 answer.push('\n');
             }
-            answer.push_str(&format!(
-                "[{} Python file{} not in the graph (over 1 MiB, binary or unreadable): {}{}; read them in parts with read_file]\n",
-                skipped.len(),
-                if skipped.len() == 1 { "" } else { "s" },
-                skipped.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
-                if skipped.len() > 10 { ", …" } else { "" }
+            answer.push_str(&skipped_note(
+                skipped,
+                "Python file",
+                "not in the graph (over 1 MiB, binary or unreadable)",
+                "read them in parts with read_file",
             ));
         }
         Ok(answer)
@@ -588,6 +579,23 @@ fn describe_definition(def: &Definition) -> String {
         out.push_str(&format!("    \"\"\"{doc}\"\"\"\n"));
     }
     out
+}
+
+/// `[N NOUNs WHY: a, b, …; HINT]` naming at most ten of `paths`; empty when there are none.
+fn skipped_note(paths: &[String], noun: &str, why: &str, hint: &str) -> String {
+    let n = paths.len();
+    if n == 0 {
+        return String::new();
+    }
+    let named = paths
+        .iter()
+        .take(10)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = if n > 10 { ", …" } else { "" };
+    let plural = if n == 1 { "" } else { "s" };
+    format!("[{n} {noun}{plural} {why}: {named}{more}; {hint}]\n")
 }
 
 /// `path:line: from module import names` (with the absolute module when it differs).
