@@ -25,23 +25,32 @@ pub struct BaselineOutcome {
     pub stopped_by: Option<String>,
 }
 
-/// Fenced code blocks of `text` as (language tag, body).
+/// Fenced code blocks of `text` as (language tag, body): a fence of three or more backticks or
+/// tildes opens a block, and only a line of the same character, at least as long, closes it
+/// (so code holding a shorter fence stays whole); an unclosed last block runs to the end.
 pub fn fenced_blocks(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut lines = text.lines();
     while let Some(line) = lines.next() {
         let t = line.trim_start();
-        if let Some(tag) = t.strip_prefix("```") {
-            let mut body = String::new();
-            for l in lines.by_ref() {
-                if l.trim_start().starts_with("```") {
-                    break;
-                }
-                body.push_str(l);
-                body.push('\n');
+        let Some(mark) = ['`', '~']
+            .into_iter()
+            .find(|c| t.starts_with(&c.to_string().repeat(3)))
+        else {
+            continue;
+        };
+        let width = t.chars().take_while(|c| *c == mark).count();
+        let tag = t[width..].trim().to_lowercase();
+        let mut body = String::new();
+        for l in lines.by_ref() {
+            let close = l.trim();
+            if close.len() >= width && close.chars().all(|c| c == mark) {
+                break;
             }
-            out.push((tag.trim().to_lowercase(), body));
+            body.push_str(l);
+            body.push('\n');
         }
+        out.push((tag, body));
     }
     out
 }
@@ -85,6 +94,9 @@ pub fn default_test_path(instance_id: &str) -> String {
     format!("tests/test_reproduce_{slug}.py")
 }
 
+/// How `zero-shot-plus`'s system prompt starts (what oracles and scripted servers match on).
+pub const ZSP_MARKER: &str = "zero-shot-plus:";
+
 const ZSP_SYSTEM: &str = "zero-shot-plus: You write a test that reproduces a reported bug in a Python repository. The test must fail on the current code because of the bug, and pass once the bug is fixed.";
 
 /// `zero-shot-plus`: one call with the issue and retrieved code (`context`).
@@ -124,6 +136,9 @@ fn stop_reason(e: &LlmError) -> String {
         LlmError::ContextLength(m) => format!("{}: {m}", super::CONTEXT_LENGTH_STOP),
     }
 }
+
+/// How `libro`'s system prompt starts (what oracles and scripted servers match on).
+pub const LIBRO_MARKER: &str = "libro:";
 
 const LIBRO_SYSTEM: &str = "libro: You turn bug reports into JUnit-style reproducing tests; here the project is Python and the tests are pytest functions.";
 
@@ -172,7 +187,7 @@ pub async fn libro<L: Llm, W: Workspace>(
     llm: &mut L,
     ws: &W,
 ) -> BaselineOutcome {
-    let path = default_test_path(&brief.instance_id);
+    let default_path = default_test_path(&brief.instance_id);
     let mut shots = String::new();
     for (issue, test) in LIBRO_EXAMPLES {
         shots.push_str(&format!(
@@ -212,37 +227,70 @@ pub async fn libro<L: Llm, W: Workspace>(
             continue;
         };
         first_valid.get_or_insert_with(|| code.clone());
+        let path = libro_placement(ws, &code, &default_path).await;
         let entry = match ws.run_test(&path, &code).await {
             Ok(run) if run.exit_code == Some(0) => {
-                json!({"sample": i, "status": "passes on the buggy code"})
+                json!({"sample": i, "path": path, "status": "passes on the buggy code"})
             }
-            Ok(run) if is_setup_failure(&run) => json!({"sample": i, "status": "setup failure"}),
+            Ok(run) if is_setup_failure(&run) => {
+                json!({"sample": i, "path": path, "status": "setup failure"})
+            }
             Ok(run) => {
                 let sig = failure_signature(&run.output);
                 failing.push((sig.clone(), code.clone()));
-                json!({"sample": i, "status": "fails", "signature": sig})
+                json!({"sample": i, "path": path, "status": "fails", "signature": sig})
             }
-            Err(e) => json!({"sample": i, "status": format!("not run: {e}")}),
+            Err(e) => json!({"sample": i, "path": path, "status": format!("not run: {e}")}),
         };
         out.candidates.push(entry);
     }
-    let chosen = choose_libro(&failing).or(first_valid);
-    out.test_patch = chosen.map(|code| patch::new_file_diff(&path, &code));
+    let chosen = choose_libro(&failing, &brief.problem_statement).or(first_valid);
+    if let Some(code) = chosen {
+        let path = libro_placement(ws, &code, &default_path).await;
+        out.test_patch = Some(patch::new_file_diff(&path, &code));
+    }
     out
 }
 
-/// LIBRO's selection: the largest cluster of failures with the same signature, then its
-/// shortest test.
-pub fn choose_libro(failing: &[(String, String)]) -> Option<String> {
+/// Where LIBRO puts a test: beside the repository's existing test file most like it (LIBRO
+/// injects a test into the most similar test class; here the answer is a whole file, so it goes
+/// into a new file in that file's directory, where the same package, fixtures and settings
+/// apply), else `default_path`.
+async fn libro_placement<W: Workspace>(ws: &W, code: &str, default_path: &str) -> String {
+    ws.most_similar_test_file(code)
+        .await
+        .unwrap_or_else(|| default_path.to_string())
+}
+
+/// LIBRO's selection: clusters of failures with the same signature, ranked first by whether the
+/// failure names something the issue names (an exception or message the report mentions), then
+/// by size; the chosen cluster's shortest test.
+pub fn choose_libro(failing: &[(String, String)], issue: &str) -> Option<String> {
     let mut clusters: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
     for (sig, code) in failing {
         clusters.entry(sig).or_default().push(code);
     }
-    clusters.values().max_by_key(|c| c.len()).and_then(|c| {
-        c.iter()
-            .min_by_key(|code| code.len())
-            .map(|s| s.to_string())
-    })
+    let issue_tokens: std::collections::HashSet<String> =
+        super::tools::bm25::tokenize(issue).into_iter().collect();
+    // An exception's name (`KeyError`, `ValueError`; not the bare word "error") in both.
+    let names_exception = |t: &str| {
+        ["error", "exception", "warning"]
+            .iter()
+            .any(|end| t.len() > end.len() && t.ends_with(end))
+    };
+    let matches_issue = |sig: &str| {
+        super::tools::bm25::tokenize(sig)
+            .iter()
+            .any(|t| names_exception(t) && issue_tokens.contains(t))
+    };
+    clusters
+        .iter()
+        .max_by_key(|(sig, c)| (matches_issue(sig), c.len()))
+        .and_then(|(_, c)| {
+            c.iter()
+                .min_by_key(|code| code.len())
+                .map(|s| s.to_string())
+        })
 }
 
 #[cfg(test)]
@@ -273,8 +321,13 @@ mod tests {
             f("E KeyError", "k1"),
             f("E AssertionError", "short"),
         ];
-        assert_eq!(choose_libro(&failing).as_deref(), Some("short"));
-        assert_eq!(choose_libro(&[]), None);
+        assert_eq!(choose_libro(&failing, "").as_deref(), Some("short"));
+        // A failure that names the issue's exception wins over a larger cluster.
+        assert_eq!(
+            choose_libro(&failing, "Parsing raises a KeyError").as_deref(),
+            Some("k1")
+        );
+        assert_eq!(choose_libro(&[], ""), None);
         let setup = TestRun {
             exit_code: Some(2),
             timed_out: false,

@@ -17,6 +17,7 @@ pub mod baselines;
 pub mod checkout;
 pub mod external;
 pub mod external_image;
+pub mod oracle;
 pub mod reproagent;
 pub mod run;
 pub mod tools;
@@ -46,6 +47,12 @@ pub trait Workspace: Send + Sync {
         path: &str,
         contents: &str,
     ) -> impl Future<Output = Result<TestRun, workspace::WorkspaceError>> + Send;
+    /// The repository's existing test file most like `code` (where LIBRO places a test);
+    /// `None` when the workspace cannot tell.
+    fn most_similar_test_file(&self, code: &str) -> impl Future<Output = Option<String>> + Send {
+        let _ = code;
+        async { None }
+    }
 }
 
 /// What an agent is told about the instance.

@@ -48,6 +48,14 @@ pub struct SandboxWorkspace {
     limits: Limits,
     test_runs: AtomicU32,
     commands: AtomicU32,
+    /// The repository's test files and their BM25 index, built on first use (LIBRO's placement).
+    test_files: Arc<std::sync::OnceLock<Arc<TestFileIndex>>>,
+}
+
+/// The test files of a checkout, indexed by their text.
+struct TestFileIndex {
+    paths: Vec<String>,
+    index: super::tools::bm25::Bm25Index,
 }
 
 impl SandboxWorkspace {
@@ -70,6 +78,7 @@ impl SandboxWorkspace {
             limits,
             test_runs: AtomicU32::new(0),
             commands: AtomicU32::new(0),
+            test_files: Arc::default(),
         }
     }
 
@@ -257,6 +266,35 @@ impl Workspace for SandboxWorkspace {
                     .unwrap_or_else(|e| format!("error: the tool failed: {e}"))
             }
         }
+    }
+
+    async fn most_similar_test_file(&self, code: &str) -> Option<String> {
+        let (tools, cell, code) = (
+            self.tools.clone(),
+            self.test_files.clone(),
+            code.to_string(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let built = cell.get_or_init(|| {
+                let paths: Vec<String> = tools
+                    .repo()
+                    .python_files()
+                    .into_iter()
+                    .filter(|p| super::reproagent::parse::looks_like_test_file(p))
+                    .collect();
+                let docs: Vec<String> = paths
+                    .iter()
+                    .map(|p| format!("{p}\n{}", tools.repo().read_text(p).unwrap_or_default()))
+                    .collect();
+                let index = super::tools::bm25::Bm25Index::build(&docs);
+                Arc::new(TestFileIndex { paths, index })
+            });
+            let (best, _) = built.index.search(&code, 1).into_iter().next()?;
+            built.paths.get(best).cloned()
+        })
+        .await
+        .ok()
+        .flatten()
     }
 
     async fn run_test(&self, path: &str, contents: &str) -> Result<TestRun, WorkspaceError> {

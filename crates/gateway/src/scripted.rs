@@ -184,7 +184,24 @@ pub struct ScriptedRequest {
 
 type Responder = dyn Fn(&ScriptedRequest) -> ScriptedReply + Send + Sync;
 
+/// How a scripted upstream names itself in every answer (`system_fingerprint` and
+/// `reprobench_note`), so that no answer passes for a model's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UpstreamIdentity {
+    /// The answers' `system_fingerprint`.
+    pub fingerprint: &'static str,
+    /// The answers' `reprobench_note`.
+    pub note: &'static str,
+}
+
+/// The identity of test servers: scripted answers.
+pub const SCRIPTED: UpstreamIdentity = UpstreamIdentity {
+    fingerprint: "reprobench-scripted",
+    note: "scripted test upstream, not a language model",
+};
+
 struct ScriptedState {
+    identity: UpstreamIdentity,
     responder: Box<Responder>,
     requests: Mutex<Vec<ScriptedRequest>>,
     next_index: AtomicU64,
@@ -210,16 +227,26 @@ impl ScriptedUpstream {
     pub async fn start(
         responder: impl Fn(&ScriptedRequest) -> ScriptedReply + Send + Sync + 'static,
     ) -> ScriptedUpstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binding a loopback port for the scripted upstream");
+        ScriptedUpstream::serve(listener, SCRIPTED, responder)
+    }
+
+    /// Serves on `listener`, every answer naming itself as `identity`.
+    pub fn serve(
+        listener: tokio::net::TcpListener,
+        identity: UpstreamIdentity,
+        responder: impl Fn(&ScriptedRequest) -> ScriptedReply + Send + Sync + 'static,
+    ) -> ScriptedUpstream {
         let state = Arc::new(ScriptedState {
+            identity,
             responder: Box::new(responder),
             requests: Mutex::new(Vec::new()),
             next_index: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             max_in_flight: AtomicU64::new(0),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("binding a loopback port for the scripted upstream");
         let addr = listener
             .local_addr()
             .expect("the scripted upstream's listener has an address");
@@ -366,6 +393,7 @@ async fn answer(
                     .and_then(Value::as_bool)
                     == Some(true);
                 stream_reply(
+                    state.identity,
                     &id,
                     &model,
                     content,
@@ -380,8 +408,8 @@ async fn answer(
                 }
                 let body = json!({
                     "id": id, "object": "chat.completion", "created": 0, "model": model,
-                    "system_fingerprint": "reprobench-scripted",
-                    "reprobench_note": "scripted test upstream, not a language model",
+                    "system_fingerprint": state.identity.fingerprint,
+                    "reprobench_note": state.identity.note,
                     "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                     "usage": usage,
                 });
@@ -399,6 +427,7 @@ async fn answer(
 
 /// An SSE response: role, content in two pieces, tool calls, finish, optional usage, DONE.
 fn stream_reply(
+    identity: UpstreamIdentity,
     id: &str,
     model: &Value,
     content: Option<String>,
@@ -408,7 +437,7 @@ fn stream_reply(
 ) -> Response {
     let chunk = |choices: Value, usage: Value| {
         json!({"id": id, "object": "chat.completion.chunk", "created": 0, "model": model,
-               "system_fingerprint": "reprobench-scripted", "choices": choices, "usage": usage})
+               "system_fingerprint": identity.fingerprint, "choices": choices, "usage": usage})
     };
     let delta = |delta: Value, finish: Value| json!([{"index": 0, "delta": delta, "finish_reason": finish}]);
     let mut chunks = vec![chunk(

@@ -275,6 +275,104 @@ pub fn new_file_diff(path: &str, contents: &str) -> String {
     patch
 }
 
+/// One hunk of a unified diff: where it starts in the old file and its lines (`' '`, `'-'`,
+/// `'+'`, or `'\\'` for git's "no newline at end of file" marker).
+type Hunk<'a> = (usize, Vec<(char, &'a str)>);
+
+/// The hunks `patch` has for `path` (its new name), read by their headers' line counts.
+fn hunks_of<'a>(patch: &'a str, path: &str) -> Result<Vec<Hunk<'a>>, String> {
+    let mut hunks = Vec::new();
+    let mut lines = patch.lines().peekable();
+    let mut in_file = false;
+    while let Some(line) = lines.next() {
+        if line.starts_with("diff --git ") {
+            in_file = false;
+        } else if let Some(rest) = line.strip_prefix("+++ ") {
+            in_file = strip_prefix(rest).as_deref() == Some(path);
+        } else if let Some(header) = line.strip_prefix("@@ -") {
+            let bad = || format!("a hunk header of {path} cannot be read: {line}");
+            let (old, new) = header.split_once(" +").ok_or_else(bad)?;
+            let new = new.split(' ').next().ok_or_else(bad)?;
+            let range = |r: &str| -> Option<(usize, usize)> {
+                match r.split_once(',') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => Some((r.parse().ok()?, 1)),
+                }
+            };
+            let ((start, mut old_left), (_, mut new_left)) =
+                (range(old).ok_or_else(bad)?, range(new).ok_or_else(bad)?);
+            let mut body = Vec::new();
+            while old_left + new_left > 0 || lines.peek().is_some_and(|l| l.starts_with('\\')) {
+                let Some(l) = lines.next() else { break };
+                let kind = l.chars().next().unwrap_or(' ');
+                match kind {
+                    '-' => old_left = old_left.saturating_sub(1),
+                    '+' => new_left = new_left.saturating_sub(1),
+                    '\\' => {}
+                    _ => {
+                        old_left = old_left.saturating_sub(1);
+                        new_left = new_left.saturating_sub(1);
+                    }
+                }
+                // A context line whose leading space an editor dropped is kept whole.
+                let marked = matches!(kind, ' ' | '-' | '+' | '\\');
+                let text = if marked { &l[1..] } else { l };
+                body.push((if marked { kind } else { ' ' }, text));
+            }
+            if in_file {
+                hunks.push((start, body));
+            }
+        }
+    }
+    Ok(hunks)
+}
+
+/// The text of `path` after `patch`'s hunks for it are applied to `original` (the file before;
+/// empty for a new file), in memory: each hunk where its header says, else at the nearest place
+/// its old lines match exactly. `Err` says which hunk did not apply.
+pub fn apply_to_text(original: &str, patch: &str, path: &str) -> Result<String, String> {
+    let hunks = hunks_of(patch, path)?;
+    if hunks.is_empty() {
+        return Err(format!("the patch has no hunk for {path}"));
+    }
+    let mut lines: Vec<&str> = original.lines().collect();
+    let mut ends_with_newline = original.is_empty() || original.ends_with('\n');
+    let mut shift: isize = 0;
+    for (number, (start, body)) in hunks.iter().enumerate() {
+        let side = |keep: char| -> Vec<&str> {
+            body.iter()
+                .filter(|(k, _)| *k == ' ' || *k == keep)
+                .map(|(_, l)| *l)
+                .collect()
+        };
+        let (old, new) = (side('-'), side('+'));
+        let expected = (start.saturating_sub(1) as isize + shift).max(0) as usize;
+        let fits =
+            |at: usize| at + old.len() <= lines.len() && lines[at..at + old.len()] == old[..];
+        let at = (0..=lines.len())
+            .flat_map(|d| [expected.checked_add(d), expected.checked_sub(d)])
+            .flatten()
+            .find(|&at| fits(at))
+            .ok_or_else(|| format!("hunk {} of {path} does not apply", number + 1))?;
+        lines.splice(at..at + old.len(), new.iter().copied());
+        shift += new.len() as isize - old.len() as isize;
+        if at + new.len() == lines.len() {
+            // The hunk reaches the end: git's marker after a new-side line says the file now
+            // ends without a newline.
+            let last_new = body.iter().rposition(|(k, _)| *k != '-' && *k != '\\');
+            ends_with_newline = match last_new {
+                Some(i) => body.get(i + 1).map(|(k, _)| *k) != Some('\\'),
+                None => ends_with_newline,
+            };
+        }
+    }
+    let mut text = lines.join("\n");
+    if ends_with_newline && !text.is_empty() {
+        text.push('\n');
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 mod directive_tests {
     use super::{swt_bench_directives, swt_bench_model_patch};
@@ -314,6 +412,43 @@ mod directive_tests {
 
 #[cfg(test)]
 mod tests {
+    use super::apply_to_text;
+
+    #[test]
+    fn hunks_apply_in_memory_where_they_match() {
+        let original = "a\nb\nc\nd\ne\nf\n";
+        // The second hunk's header is off by two lines: it applies where its lines match.
+        let patch = "diff --git a/t.py b/t.py\n--- a/t.py\n+++ b/t.py\n@@ -1,2 +1,3 @@\n a\n+a2\n b\n@@ -3,2 +4,2 @@\n e\n-f\n+F\n";
+        assert_eq!(
+            apply_to_text(original, patch, "t.py").unwrap(),
+            "a\na2\nb\nc\nd\ne\nF\n"
+        );
+        assert!(apply_to_text(original, patch, "other.py").is_err());
+        let wrong = "--- a/t.py\n+++ b/t.py\n@@ -1,1 +1,1 @@\n-zzz\n+y\n";
+        assert_eq!(
+            apply_to_text(original, wrong, "t.py").unwrap_err(),
+            "hunk 1 of t.py does not apply"
+        );
+    }
+
+    #[test]
+    fn new_files_and_missing_final_newlines_come_out_as_git_writes_them() {
+        let created = super::new_file_diff("tests/test_x.py", "def test():\n    pass");
+        assert_eq!(
+            apply_to_text("", &created, "tests/test_x.py").unwrap(),
+            "def test():\n    pass"
+        );
+        // A line that starts like a file header inside a hunk is a line of the hunk.
+        let tricky = "--- a/t.py\n+++ b/t.py\n@@ -1 +1,2 @@\n x\n+++ not a header\n";
+        assert_eq!(
+            apply_to_text("x\n", tricky, "t.py").unwrap(),
+            "x\n++ not a header\n"
+        );
+        let gains_newline =
+            "--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x\n\\ No newline at end of file\n+x\n";
+        assert_eq!(apply_to_text("x", gains_newline, "t.py").unwrap(), "x\n");
+    }
+
     use super::*;
 
     const MODIFY: &str = "diff --git a/tests/test_a.py b/tests/test_a.py\nindex 1..2 100644\n--- a/tests/test_a.py\n+++ b/tests/test_a.py\n@@ -1 +1,2 @@\n x\n+y\n";

@@ -1,0 +1,398 @@
+//! The SWT oracle: a stand-in backbone that answers the SWT agents' requests as a perfect model
+//! would, from each instance's golden patches. It is not a language model and never poses as
+//! one: it proves the pipeline from an agent's answer to a verdict (parsing, placement, diff
+//! construction, paths, environments) on real instances without a large model.
+//!
+//! A perfect model, per protocol:
+//! - `reproagent`: localization names the golden patch's files and changed lines, root-cause
+//!   analysis and planning describe the golden change and the golden test, generation writes the
+//!   golden test file (the test file as the golden test patch leaves it, whole), review accepts;
+//! - `zero-shot-plus`: the golden test patch as its diff;
+//! - `libro`: the golden test file, whole, as its test.
+//!
+//! The oracle is stateless: each request is answered from its own text (the issue in it names
+//! the instance; the system prompt names the agent and the stage). Pure: the test file's text at
+//! the base commit is read by the caller ([`OracleCase::of`]).
+
+use crate::reproagent::Stage;
+use crate::reproagent::prompts::stage_of_system_prompt;
+use reprobench_domain::swt::SwtInstance;
+use reprobench_swt::patch;
+use serde_json::{Value, json};
+
+/// What every oracle answer says of itself (the server's `reprobench_note`).
+pub const ORACLE_NOTE: &str = "reprobench oracle: answers from the instance's golden patches \
+(or an android report's ground truth), not a language model";
+
+/// How many characters of the issue identify an instance in a prompt.
+const ISSUE_KEY_CHARS: usize = 200;
+
+/// What the oracle knows of one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OracleCase {
+    /// Instance id.
+    pub instance_id: String,
+    /// The issue's first characters, whitespace collapsed: how a prompt names the instance.
+    issue_key: String,
+    /// The golden code patch.
+    patch: String,
+    /// The golden test patch.
+    test_patch: String,
+    /// The golden fail-to-pass tests.
+    fail_to_pass: Vec<String>,
+    /// The golden test file (the test patch's Python file with the most added lines) and its
+    /// whole text after the test patch; `Err` says why there is none.
+    test_file: Result<(String, String), String>,
+}
+
+impl OracleCase {
+    /// The case of `inst`; `file_at(path)` reads a file at the instance's base commit (`None`:
+    /// no such file, as for a file the test patch creates).
+    pub fn of(inst: &SwtInstance, file_at: impl Fn(&str) -> Option<String>) -> OracleCase {
+        OracleCase {
+            instance_id: inst.instance_id.clone(),
+            issue_key: issue_key(&inst.problem_statement),
+            patch: inst.patch.clone(),
+            test_patch: inst.test_patch.clone(),
+            fail_to_pass: inst.fail_to_pass.clone(),
+            test_file: golden_test_file(&inst.test_patch, file_at),
+        }
+    }
+
+    /// The golden test file's path and text, or why the oracle has none.
+    pub fn test_file(&self) -> Result<(&str, &str), &str> {
+        match &self.test_file {
+            Ok((path, text)) => Ok((path, text)),
+            Err(why) => Err(why),
+        }
+    }
+}
+
+/// The first characters of an issue, whitespace collapsed.
+fn issue_key(issue: &str) -> String {
+    collapse(issue).chars().take(ISSUE_KEY_CHARS).collect()
+}
+
+fn collapse(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The test patch's Python file with the most added lines, and its text after the patch.
+fn golden_test_file(
+    test_patch: &str,
+    file_at: impl Fn(&str) -> Option<String>,
+) -> Result<(String, String), String> {
+    let path = patch::diff_files(test_patch)
+        .into_iter()
+        .filter_map(|f| f.new)
+        .filter(|p| p.ends_with(".py"))
+        .max_by_key(|p| added_lines(test_patch, p))
+        .ok_or("the golden test patch changes no Python file")?;
+    let before = file_at(&path).unwrap_or_default();
+    let after = patch::apply_to_text(&before, test_patch, &path)?;
+    Ok((path, after))
+}
+
+/// Lines `patch` adds to `path` (counted over its section).
+fn added_lines(patch: &str, path: &str) -> usize {
+    let mut count = 0;
+    let mut inside = false;
+    for line in patch.lines() {
+        if line.starts_with("diff --git ") {
+            inside = line.ends_with(&format!(" b/{path}"));
+        } else if inside && line.starts_with('+') && !line.starts_with("+++ ") {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// Which protocol a request belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    ReproAgent(Stage),
+    ZeroShotPlus,
+    Libro,
+}
+
+/// The SWT agents' oracle over a set of instances.
+#[derive(Debug, Clone, Default)]
+pub struct SwtOracle {
+    cases: Vec<OracleCase>,
+}
+
+impl SwtOracle {
+    /// An oracle knowing `cases`.
+    pub fn new(cases: Vec<OracleCase>) -> SwtOracle {
+        SwtOracle { cases }
+    }
+
+    /// The instances it knows.
+    pub fn cases(&self) -> &[OracleCase] {
+        &self.cases
+    }
+
+    /// The assistant message a perfect model would send for this chat-completions request
+    /// body, as `{"content": ..., "tool_calls": []}`; `None` when the request is no SWT agent's
+    /// or names no instance the oracle knows. An instance without a usable golden test file is
+    /// answered with a text that says so (the agent then fails as it would on a useless answer).
+    pub fn answer(&self, request: &Value) -> Option<Value> {
+        let messages = request.get("messages")?.as_array()?;
+        let system = messages
+            .iter()
+            .find(|m| m["role"] == "system")
+            .map(message_text)
+            .unwrap_or_default();
+        let protocol = protocol_of(&system)?;
+        let text = collapse(
+            &messages
+                .iter()
+                .map(message_text)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+        let case = self
+            .cases
+            .iter()
+            .filter(|c| !c.issue_key.is_empty() && text.contains(&c.issue_key))
+            .max_by_key(|c| c.issue_key.len())?;
+        Some(json!({"content": reply(case, protocol), "tool_calls": []}))
+    }
+}
+
+/// A message's text (string content, or its text parts).
+fn message_text(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+fn protocol_of(system: &str) -> Option<Protocol> {
+    if let Some(stage) = stage_of_system_prompt(system) {
+        return Some(Protocol::ReproAgent(stage));
+    }
+    let first = system.lines().next().unwrap_or_default();
+    if first.starts_with(crate::baselines::ZSP_MARKER) {
+        Some(Protocol::ZeroShotPlus)
+    } else if first.starts_with(crate::baselines::LIBRO_MARKER) {
+        Some(Protocol::Libro)
+    } else {
+        None
+    }
+}
+
+/// A fenced block of `code` with a fence that no line of `code` closes.
+fn fenced(info: &str, code: &str) -> String {
+    let fence = ["```", "~~~", "````", "~~~~~"]
+        .into_iter()
+        .find(|f| !code.lines().any(|l| l.trim_start().starts_with(f)))
+        .unwrap_or("``````");
+    let newline = if code.ends_with('\n') { "" } else { "\n" };
+    format!("{fence}{info}\n{code}{newline}{fence}\n")
+}
+
+/// The golden code patch's changed ranges: (path, first old line, last old line).
+fn changed_ranges(code_patch: &str) -> Vec<(String, usize, usize)> {
+    let mut out = Vec::new();
+    let mut path = String::new();
+    for line in code_patch.lines() {
+        if let Some(rest) = line.strip_prefix("--- ") {
+            path = rest.trim().trim_start_matches("a/").to_string();
+        } else if let Some(header) = line.strip_prefix("@@ -") {
+            let old = header.split(' ').next().unwrap_or_default();
+            let (start, len) = match old.split_once(',') {
+                Some((a, b)) => (a.parse().unwrap_or(1), b.parse().unwrap_or(1)),
+                None => (old.parse().unwrap_or(1), 1),
+            };
+            out.push((path.clone(), start, start + len.max(1) - 1));
+        }
+    }
+    out
+}
+
+/// The test function of a fail-to-pass id (`tests/x.py::T::test_a[p]` → `test_a`;
+/// `test_a (app.tests.T)` → `test_a`).
+fn test_function(id: &str) -> String {
+    let id = id.split(" (").next().unwrap_or(id);
+    let id = id.rsplit("::").next().unwrap_or(id);
+    id.split('[').next().unwrap_or(id).to_string()
+}
+
+fn reply(case: &OracleCase, protocol: Protocol) -> String {
+    let files = crate::run::golden_files(&case.patch);
+    let ranges = changed_ranges(&case.patch);
+    let test = case.test_file();
+    let test_path = test.map(|(p, _)| p.to_string()).unwrap_or_default();
+    let test_names: Vec<String> = case.fail_to_pass.iter().map(|t| test_function(t)).collect();
+    match protocol {
+        Protocol::ReproAgent(Stage::Localization) => json!({
+            "files": files.iter().map(|f| json!({"path": f,
+                "rationale": "the golden patch changes this file", "confidence": 1.0}))
+                .collect::<Vec<_>>(),
+            "functions": [],
+            "lines": ranges.iter().map(|(p, a, b)| json!({"path": p, "start_line": a,
+                "end_line": b, "rationale": "the golden patch changes these lines",
+                "confidence": 1.0})).collect::<Vec<_>>(),
+        })
+        .to_string(),
+        Protocol::ReproAgent(Stage::RootCause) => json!({
+            "summary": format!("The fault is in the code the golden patch changes ({}).",
+                files.join(", ")),
+            "error_category": "the golden patch's fix",
+            "execution_path": ranges.iter().map(|(p, a, _)| format!("{p}:{a} - changed by the fix"))
+                .collect::<Vec<_>>(),
+            "trigger_conditions": [format!("what the golden tests {} exercise",
+                test_names.join(", "))],
+            "confidence": 1.0,
+        })
+        .to_string(),
+        Protocol::ReproAgent(Stage::Planning) => json!({
+            "environment_constraints": ["as in the golden test file"],
+            "minimal_inputs": ["as in the golden tests"],
+            "expected_assertions": ["the golden tests' assertions"],
+            "test_path": test_path,
+            "test_name": test_names.first().cloned().unwrap_or_default(),
+        })
+        .to_string(),
+        Protocol::ReproAgent(Stage::Generation) => match test {
+            Ok((path, text)) => format!("Test file: {path}\n{}", fenced("python", text)),
+            Err(why) => format!("The oracle has no golden test file for this instance: {why}"),
+        },
+        Protocol::ReproAgent(Stage::Review) => json!({
+            "aligns_with_issue": true,
+            "failure_from_test_logic": true,
+            "matches_reported_symptom": true,
+            "feedback": "",
+        })
+        .to_string(),
+        Protocol::ZeroShotPlus => fenced("diff", &case.test_patch),
+        Protocol::Libro => match test {
+            Ok((_, text)) => fenced("python", text),
+            Err(why) => format!("The oracle has no golden test file for this instance: {why}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance() -> SwtInstance {
+        serde_json::from_value(json!({
+            "instance_id": "o__r-1",
+            "repo": "o/r",
+            "base_commit": "abc",
+            "patch": "diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -3,2 +3,2 @@\n def f():\n-    return 1\n+    return 2\n",
+            "test_patch": "diff --git a/tests/test_m.py b/tests/test_m.py\n--- a/tests/test_m.py\n+++ b/tests/test_m.py\n@@ -1,2 +1,6 @@\n import pkg\n def test_old(): pass\n+\n+\n+def test_f():\n+    assert pkg.m.f() == 2\n",
+            "problem_statement": "  f() returns\n 1,   but the docs say 2.\n",
+            "FAIL_TO_PASS": ["tests/test_m.py::test_f"],
+        }))
+        .unwrap()
+    }
+
+    fn oracle() -> SwtOracle {
+        let base = "import pkg\ndef test_old(): pass\n".to_string();
+        SwtOracle::new(vec![OracleCase::of(&instance(), move |p| {
+            (p == "tests/test_m.py").then(|| base.clone())
+        })])
+    }
+
+    fn request(system: &str, user: &str) -> Value {
+        json!({"messages": [{"role": "system", "content": system},
+                            {"role": "user", "content": user}]})
+    }
+
+    #[test]
+    fn generation_writes_the_golden_test_file_whole_and_review_accepts() {
+        let o = oracle();
+        let issue = "Repository: o/r\n<issue>\nf() returns 1, but the docs say 2.\n</issue>";
+        let generated = o
+            .answer(&request(
+                &crate::reproagent::prompts::system_prompt(Stage::Generation),
+                issue,
+            ))
+            .unwrap();
+        let answer =
+            crate::reproagent::parse::extract_test_answer(generated["content"].as_str().unwrap())
+                .unwrap();
+        assert_eq!(answer.path.as_deref(), Some("tests/test_m.py"));
+        assert_eq!(
+            answer.code,
+            "import pkg\ndef test_old(): pass\n\n\ndef test_f():\n    assert pkg.m.f() == 2\n"
+        );
+        let review = o
+            .answer(&request(
+                &crate::reproagent::prompts::system_prompt(Stage::Review),
+                issue,
+            ))
+            .unwrap();
+        let verdict: Value = serde_json::from_str(review["content"].as_str().unwrap()).unwrap();
+        assert_eq!(verdict["aligns_with_issue"], true);
+        let loc = o
+            .answer(&request(
+                &crate::reproagent::prompts::system_prompt(Stage::Localization),
+                issue,
+            ))
+            .unwrap();
+        let loc: Value = serde_json::from_str(loc["content"].as_str().unwrap()).unwrap();
+        assert_eq!(loc["files"][0]["path"], "pkg/m.py");
+        assert_eq!(loc["lines"][0]["start_line"], 3);
+    }
+
+    #[test]
+    fn the_baselines_get_the_golden_test_patch_and_file() {
+        let o = oracle();
+        let issue = "# Issue\nf() returns 1,\nbut the docs say 2.";
+        let zsp = o
+            .answer(&request(crate::baselines::ZSP_MARKER, issue))
+            .unwrap();
+        let patch =
+            crate::baselines::test_patch_from_answer(zsp["content"].as_str().unwrap(), "t.py");
+        assert_eq!(patch.as_deref(), Some(instance().test_patch.as_str()));
+        let libro = o
+            .answer(&request(crate::baselines::LIBRO_MARKER, issue))
+            .unwrap();
+        let blocks = crate::baselines::fenced_blocks(libro["content"].as_str().unwrap());
+        assert!(
+            blocks[0].1.ends_with("assert pkg.m.f() == 2\n"),
+            "{blocks:?}"
+        );
+    }
+
+    #[test]
+    fn requests_of_no_known_instance_or_agent_are_left_to_others() {
+        let o = oracle();
+        assert_eq!(
+            o.answer(&request(crate::baselines::LIBRO_MARKER, "another issue")),
+            None
+        );
+        assert_eq!(
+            o.answer(&request(
+                "You are a helpful assistant.",
+                "f() returns 1, but the docs say 2."
+            )),
+            None
+        );
+    }
+
+    #[test]
+    fn code_in_the_test_file_cannot_close_the_answer_s_fence() {
+        let code = "x = '''\n```\n'''\n";
+        let text = fenced("python", code);
+        assert!(text.starts_with("~~~python\n"), "{text}");
+        assert_eq!(
+            crate::reproagent::parse::extract_test_answer(&format!(
+                "Test file: tests/test_a.py\n{text}"
+            ))
+            .unwrap()
+            .code,
+            code
+        );
+    }
+}
