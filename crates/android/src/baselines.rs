@@ -7,13 +7,17 @@
 //! - AdbGPT (Feng & Chen, ICSE 2024): extracts steps-to-reproduce entities from the report with
 //!   a few-shot chain-of-thought prompt, then replays them, asking for each step which action of
 //!   the current screen performs it.
+//!
+//! Each offers the actions of its own method ([`REBL_RULES`], [`ADBGPT_RULES`]), and each system
+//! prompt's first line names the agent and stage ([`REBL_MARKER`], [`ADBGPT_EXTRACT_MARKER`],
+//! [`ADBGPT_MATCH_MARKER`]) for scripted servers, oracles and logs.
 
 use super::agent::{
     AgentError, AndroidRun, Exhausted, Meter, describe_action, parse_json_answer, report_text,
     user_message, widget_lines,
 };
-use super::device::{Action, Device, DeviceError};
-use super::explore::{DEFAULT_INPUT, enumerate_actions};
+use super::device::{Action, Device, DeviceError, Direction, Key};
+use super::explore::{ActionRules, DEFAULT_INPUT, enumerate_with};
 use reprobench_domain::android::AndroidReport;
 use reprobench_gateway::llm::{Llm, LlmError};
 use serde::{Deserialize, Serialize};
@@ -22,6 +26,48 @@ use serde_json::{Value, json};
 /// Earlier ReBL steps (user message and answer) kept in the conversation.
 const REBL_HISTORY_STEPS: usize = 15;
 
+/// ReBL's actions, from its public code (datareviewtest/ReBL at 8c9ce57: the action list in
+/// `Automation/prompts/training_prompts_ori.json` and `handle_command.py`): click and long_click
+/// on a widget (text fields too), set_text into a field, scroll up and down on a scrollable
+/// widget, swipe up, down, left and right on the screen, back, and orientation. Its `restart`,
+/// `wait` and `multiple_selection` (a long-click then clicks) are left out: a trace has no
+/// relaunch or wait, and the third is a sequence of the others. It has no Enter key. The ReBL
+/// paper is not in our paper set, so its code is the source here.
+pub const REBL_RULES: ActionRules = ActionRules {
+    click_text_fields: true,
+    swipes: &[Direction::Up, Direction::Down],
+    keys: &[Key::Back],
+    screen_swipes: &[
+        Direction::Up,
+        Direction::Down,
+        Direction::Left,
+        Direction::Right,
+    ],
+    rotate: true,
+};
+
+/// AdbGPT's actions, its action primitives as its public code lists them (sidongfeng/AdbGPT at
+/// ec29b4b: `cfgs.ACTION_LISTS` and the prompt of `main.py`: tap, double tap, input, scroll, long
+/// tap): tap (text fields too), long tap, input, and scroll of the whole screen up and down.
+/// Double tap is left out: the device interface has none. There is no Back, Enter or rotation:
+/// its replay presses Back only when no component matches a step, and retries the step; here
+/// such a step is skipped. The AdbGPT paper is not in our paper set, so its code is the source
+/// here.
+pub const ADBGPT_RULES: ActionRules = ActionRules {
+    click_text_fields: true,
+    swipes: &[],
+    keys: &[],
+    screen_swipes: &[Direction::Up, Direction::Down],
+    rotate: false,
+};
+
+/// The first line of ReBL's system prompt.
+pub const REBL_MARKER: &str = "rebl stage: step";
+/// The first line of AdbGPT's extraction system prompt.
+pub const ADBGPT_EXTRACT_MARKER: &str = "adbgpt stage: extract";
+/// The first line of AdbGPT's matching system prompt.
+pub const ADBGPT_MATCH_MARKER: &str = "adbgpt stage: match";
+
 /// What an agent sees of the screen before choosing an action.
 struct Screen {
     activity: String,
@@ -29,12 +75,12 @@ struct Screen {
     candidates: Vec<Action>,
 }
 
-async fn observe(dev: &dyn Device) -> Result<Screen, DeviceError> {
+async fn observe(dev: &dyn Device, rules: &ActionRules) -> Result<Screen, DeviceError> {
     let h = dev.hierarchy().await?;
     Ok(Screen {
         activity: dev.current_activity().await?,
         widgets: widget_lines(&h),
-        candidates: enumerate_actions(&h),
+        candidates: enumerate_with(&h, rules),
     })
 }
 
@@ -103,13 +149,14 @@ enum Performed {
 }
 
 /// Takes one action from the budget, performs `action`, checks the crash oracle and says what
-/// changed on screen compared with `before`.
+/// changed on screen compared with `before` (the screen after it is observed under `rules`).
 async fn perform(
     dev: &dyn Device,
     package: &str,
     meter: &Meter,
     action: &Action,
     before: &Screen,
+    rules: &ActionRules,
     run: &mut AndroidRun,
 ) -> Result<Performed, AgentError> {
     if let Err(e) = meter.take_action() {
@@ -129,7 +176,7 @@ async fn perform(
         run.claimed = true;
         return Ok(Performed::Crashed);
     }
-    let after = observe(dev).await?;
+    let after = observe(dev, rules).await?;
     let feedback = if let Some(m) = refused {
         format!(
             "The action could not be performed (the widget is no longer on the screen?): {m}. \
@@ -170,10 +217,10 @@ async fn chat<L: Llm>(
     }
 }
 
-const REBL_SYSTEM: &str = "You are testing an Android app. Your job is to make the bug described \
-in a user's bug report happen again on a real device, by operating the app one action at a \
-time. The report may not list its steps explicitly: work out from the whole report what the user \
-did, and use what the screen shows.\n\n\
+const REBL_SYSTEM: &str = "rebl stage: step\nYou are testing an Android app. Your job is to \
+make the bug described in a user's bug report happen again on a real device, by operating the \
+app one action at a time. The report may not list its steps explicitly: work out from the \
+whole report what the user did, and use what the screen shows.\n\n\
 At every step you get the current screen (activity, widgets, and numbered candidate actions) and \
 feedback on what your previous action did. Answer with one JSON object and nothing else:\n\
 - to perform an action: {\"thought\": \"<short reasoning>\", \"action\": <candidate number>, \
@@ -200,7 +247,7 @@ pub async fn rebl<L: Llm>(
     // Earlier steps as (user message without screenshot, answer) pairs, oldest first.
     let mut history: Vec<[Value; 2]> = Vec::new();
     dev.launch(package).await?;
-    let mut screen = observe(dev).await?;
+    let mut screen = observe(dev, &REBL_RULES).await?;
     let mut feedback = "The app was just launched; no action yet.".to_string();
     let mut step = 0usize;
     loop {
@@ -275,7 +322,7 @@ pub async fn rebl<L: Llm>(
         };
         let action = with_text(chosen, str_field(&v, "text"));
         entry["action"] = json!(describe_action(&action));
-        match perform(dev, package, meter, &action, &screen, &mut run).await? {
+        match perform(dev, package, meter, &action, &screen, &REBL_RULES, &mut run).await? {
             Performed::Done { feedback: f, after } => {
                 feedback = format!("you did `{}`. {f}", describe_action(&action));
                 entry["feedback"] = json!(f);
@@ -301,7 +348,7 @@ pub async fn rebl<L: Llm>(
 
 /// One steps-to-reproduce entity as AdbGPT extracts it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-struct S2rStep {
+pub(crate) struct S2rStep {
     action: String,
     component: String,
     input: String,
@@ -310,7 +357,7 @@ struct S2rStep {
 
 impl S2rStep {
     /// A step from a JSON object with string fields (anything else is left empty).
-    fn from_value(v: &Value) -> Option<S2rStep> {
+    pub(crate) fn from_value(v: &Value) -> Option<S2rStep> {
         let field = |k: &str| match v.get(k) {
             Some(Value::String(s)) => s.trim().to_string(),
             Some(Value::Number(n)) => n.to_string(),
@@ -326,7 +373,7 @@ impl S2rStep {
     }
 
     /// The step in words, e.g. `input "Stretch" into "habit name"`.
-    fn words(&self) -> String {
+    pub(crate) fn words(&self) -> String {
         let mut out = if self.action.is_empty() {
             "tap".to_string()
         } else {
@@ -370,11 +417,11 @@ fn parse_steps(answer: &str) -> Vec<S2rStep> {
         .unwrap_or_default()
 }
 
-const ADBGPT_EXTRACT_SYSTEM: &str = "You read Android bug reports and write down the steps to \
-reproduce them as a list of entities. Each step has an action type (one of tap, long_tap, \
-input, scroll, swipe, rotate, back), the component it acts on (as the report names it: a label, \
-button text or description), the text typed (input steps only) and the direction (scroll and \
-swipe steps only). Reports often leave steps implicit (\"after saving it\" implies tapping \
+const ADBGPT_EXTRACT_SYSTEM: &str = "adbgpt stage: extract\nYou read Android bug reports and \
+write down the steps to reproduce them as a list of entities. Each step has an action type (one \
+of tap, long_tap, input, scroll), the component it acts on (as the report names it: a label, \
+button text or description), the text typed (input steps only) and the direction (scroll steps \
+only). Reports often leave steps implicit (\"after saving it\" implies tapping \
 Save) or merge several into one sentence: split them and fill in the missing ones. Think step \
 by step first, then give the JSON object.";
 
@@ -390,10 +437,11 @@ Answer: {\"steps\": [\
 {\"action\": \"input\", \"component\": \"folder name\", \"input\": \"\", \"direction\": \"\"}, \
 {\"action\": \"tap\", \"component\": \"OK\", \"input\": \"\", \"direction\": \"\"}]}";
 
-const ADBGPT_MATCH_SYSTEM: &str = "You replay steps to reproduce on an Android app. Given one \
-step and the current screen with its numbered candidate actions, pick the candidate that \
-performs the step. Answer with one JSON object: {\"index\": <candidate number>, \"text\": \
-\"<text to type, input steps only>\"}, or {\"index\": -1} when no candidate performs the step.";
+const ADBGPT_MATCH_SYSTEM: &str = "adbgpt stage: match\nYou replay steps to reproduce on an \
+Android app. Given one step and the current screen with its numbered candidate actions, pick \
+the candidate that performs the step. Answer with one JSON object: {\"index\": <candidate \
+number>, \"text\": \"<text to type, input steps only>\"}, or {\"index\": -1} when no \
+candidate performs the step.";
 
 /// AdbGPT: extracts steps-to-reproduce entities from the report, then matches each step to a widget of the current screen.
 pub async fn adbgpt<L: Llm>(
@@ -433,7 +481,7 @@ pub async fn adbgpt<L: Llm>(
     }
     // Phase 2: guided replay, one matching call per step.
     dev.launch(package).await?;
-    let mut screen = observe(dev).await?;
+    let mut screen = observe(dev, &ADBGPT_RULES).await?;
     let mut done: Vec<String> = Vec::new();
     let mut reached_end = true;
     for (i, step) in steps.iter().enumerate() {
@@ -487,7 +535,17 @@ pub async fn adbgpt<L: Llm>(
             continue;
         };
         entry["action"] = json!(describe_action(&action));
-        match perform(dev, package, meter, &action, &screen, &mut run).await? {
+        match perform(
+            dev,
+            package,
+            meter,
+            &action,
+            &screen,
+            &ADBGPT_RULES,
+            &mut run,
+        )
+        .await?
+        {
             Performed::Done { feedback, after } => {
                 entry["feedback"] = json!(feedback);
                 run.log.push(entry);
@@ -551,15 +609,15 @@ mod tests {
         }
     }
 
-    /// The number of the current screen's candidate that does what `gold` does (for inputs:
-    /// the same field), or -1.
-    fn candidate_for(dev: &SimDevice, gold: &Action) -> i64 {
+    /// The number of the current screen's candidate under `rules` that does what `gold` does
+    /// (for inputs: the same field), or -1.
+    fn candidate_for(dev: &SimDevice, rules: &ActionRules, gold: &Action) -> i64 {
         let h = dev
             .hierarchy()
             .now_or_never()
             .expect("the sim answers at once")
             .expect("hierarchy");
-        enumerate_actions(&h)
+        enumerate_with(&h, rules)
             .iter()
             .position(|c| same_action(&with_text(c, typed(gold)), gold))
             .map_or(-1, |i| i as i64)
@@ -574,7 +632,7 @@ mod tests {
             Ok(match gold.get(i) {
                 Some(g) => json!({
                     "thought": "the report's next step",
-                    "action": candidate_for(&dev, g),
+                    "action": candidate_for(&dev, &REBL_RULES, g),
                     "text": typed(g),
                 })
                 .to_string(),
@@ -598,6 +656,59 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Each baseline names its agent and stage on its system prompts' first line and offers
+    /// its own method's actions: ReBL clicks text fields, swipes the screen four ways, presses
+    /// Back and rotates, but has no Enter; AdbGPT taps, types and scrolls the screen up and
+    /// down only.
+    #[tokio::test]
+    async fn each_baseline_offers_its_methods_actions_and_names_its_stage() {
+        for (prompt, marker) in [
+            (REBL_SYSTEM, REBL_MARKER),
+            (ADBGPT_EXTRACT_SYSTEM, ADBGPT_EXTRACT_MARKER),
+            (ADBGPT_MATCH_SYSTEM, ADBGPT_MATCH_MARKER),
+        ] {
+            assert_eq!(prompt.lines().next(), Some(marker));
+        }
+        let (_, dev, package, _) = setup("skycast-11");
+        dev.launch(&package).await.unwrap();
+        let h = dev.hierarchy().await.unwrap();
+        let words = |rules: &ActionRules| -> Vec<String> {
+            enumerate_with(&h, rules)
+                .iter()
+                .map(describe_action)
+                .collect()
+        };
+        let has = |words: &[String], w: &str| words.iter().any(|x| x == w);
+        let field = "click <EditText resource-id=\"search_city\"/>";
+        let rebl = words(&REBL_RULES);
+        for w in [
+            field,
+            "swipe left on the screen",
+            "press back",
+            "rotate the screen",
+        ] {
+            assert!(has(&rebl, w), "ReBL lacks {w}: {rebl:?}");
+        }
+        assert!(!has(&rebl, "press enter"));
+        let adbgpt = words(&ADBGPT_RULES);
+        for w in [field, "swipe up on the screen", "swipe down on the screen"] {
+            assert!(has(&adbgpt, w), "AdbGPT lacks {w}: {adbgpt:?}");
+        }
+        assert!(
+            adbgpt
+                .iter()
+                .any(|w| w.starts_with("input \"test\" in <EditText"))
+        );
+        for w in [
+            "press back",
+            "press enter",
+            "rotate the screen",
+            "swipe left on the screen",
+        ] {
+            assert!(!has(&adbgpt, w), "AdbGPT offers {w}");
+        }
     }
 
     #[tokio::test]
@@ -812,7 +923,7 @@ mod tests {
                 return Ok(r#"{"index": -1}"#.into());
             }
             let g = &gold[next.fetch_add(1, Ordering::SeqCst)];
-            Ok(json!({ "index": candidate_for(&dev, g) }).to_string())
+            Ok(json!({ "index": candidate_for(&dev, &ADBGPT_RULES, g) }).to_string())
         })
     }
 
@@ -862,8 +973,8 @@ mod tests {
             Ok(if i == 0 {
                 extraction.clone()
             } else {
-                json!({"index": candidate_for(&d, &gold[i - 1]), "text": typed(&gold[i - 1])})
-                    .to_string()
+                let g = &gold[i - 1];
+                json!({"index": candidate_for(&d, &ADBGPT_RULES, g), "text": typed(g)}).to_string()
             })
         });
         let m = meter(50);

@@ -18,6 +18,10 @@ pub struct ActionRules {
     pub swipes: &'static [Direction],
     /// Keys pressed on any screen.
     pub keys: &'static [Key],
+    /// Swipe directions offered on the whole screen (no target widget).
+    pub screen_swipes: &'static [Direction],
+    /// Whether rotating the screen is offered.
+    pub rotate: bool,
 }
 
 /// `monkey`'s rules: swipes up and down, Back.
@@ -25,11 +29,33 @@ pub const MONKEY_RULES: ActionRules = ActionRules {
     click_text_fields: false,
     swipes: &[Direction::Up, Direction::Down],
     keys: &[Key::Back],
+    screen_swipes: &[],
+    rotate: true,
 };
 
+impl ActionRules {
+    /// Whether an action of `a`'s kind is in this action space on a screen that has its target
+    /// (a text field is known by its class; a targeted swipe is covered by a screen-wide swipe
+    /// in its direction, which scrolls the screen's scrollable widget).
+    pub fn covers(&self, a: &Action) -> bool {
+        match a {
+            Action::Click { target } => {
+                self.click_text_fields || !target.class.ends_with("EditText")
+            }
+            Action::LongClick { .. } | Action::InputText { .. } => true,
+            Action::Press { key } => self.keys.contains(key),
+            Action::Swipe { direction, target } => {
+                self.screen_swipes.contains(direction)
+                    || (target.is_some() && self.swipes.contains(direction))
+            }
+            Action::Rotate => self.rotate,
+        }
+    }
+}
+
 /// Every action the screen offers under `rules`: per enabled widget, text input into fields,
-/// clicks and long-clicks as the widget allows, swipes on scrollable widgets; then the keys and
-/// rotation.
+/// clicks and long-clicks as the widget allows, swipes on scrollable widgets; then the keys,
+/// the screen-wide swipes and rotation.
 pub fn enumerate_with(h: &Hierarchy, rules: &ActionRules) -> Vec<Action> {
     let mut out = Vec::new();
     for w in h.widgets() {
@@ -64,7 +90,13 @@ pub fn enumerate_with(h: &Hierarchy, rules: &ActionRules) -> Vec<Action> {
         }
     }
     out.extend(rules.keys.iter().map(|&key| Action::Press { key }));
-    out.push(Action::Rotate);
+    out.extend(rules.screen_swipes.iter().map(|&direction| Action::Swipe {
+        direction,
+        target: None,
+    }));
+    if rules.rotate {
+        out.push(Action::Rotate);
+    }
     out
 }
 

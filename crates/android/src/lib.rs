@@ -1,6 +1,7 @@
 //! The Android track: devices (the `adb`/emulator backend and the `sim` simulator) behind one
-//! [`device::Device`] trait, the agents that drive them (LTGDroid and the baselines), and the
-//! `sim` and `emulator` executors.
+//! [`device::Device`] trait, the agents that drive them (LTGDroid and the baselines), the `sim`
+//! and `emulator` executors, and the oracle backbone that answers the agents' LLM requests from
+//! the reports' ground truth (not a language model).
 
 pub mod adb;
 pub mod agent;
@@ -11,6 +12,7 @@ pub mod executor;
 pub mod explore;
 pub mod llm_agents;
 pub mod ltgdroid;
+pub mod oracle;
 pub mod sim;
 
 pub(crate) use reprobench_domain::sync::lock;

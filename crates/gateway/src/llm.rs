@@ -163,19 +163,30 @@ pub fn error_of(status: u16, body: &Value) -> LlmError {
     }
 }
 
+/// The chat-completions request body an agent's call sends: `messages`, `tools` when there are
+/// any, and the client's `extra` fields (the gateway sets the backbone's model).
+pub fn request_body(
+    messages: &[Value],
+    tools: &[Value],
+    extra: &serde_json::Map<String, Value>,
+) -> Value {
+    let mut body = json!({ "model": "default", "messages": messages });
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools.to_vec());
+    }
+    for (k, v) in extra {
+        body[k] = v.clone();
+    }
+    body
+}
+
 impl Llm for GatewayLlm {
     async fn chat(
         &mut self,
         messages: &[Value],
         tools: &[Value],
     ) -> Result<AssistantTurn, LlmError> {
-        let mut body = json!({ "model": "default", "messages": messages });
-        if !tools.is_empty() {
-            body["tools"] = Value::Array(tools.to_vec());
-        }
-        for (k, v) in &self.extra {
-            body[k] = v.clone();
-        }
+        let body = request_body(messages, tools, &self.extra);
         let resp = self
             .http
             .post(&self.url)

@@ -33,7 +33,8 @@ impl Default for GuidedShape {
     }
 }
 
-fn widget_token(t: &WidgetRef) -> String {
+/// How prompts name `t`: its short resource id, else its text, else its content-desc.
+pub(crate) fn widget_token(t: &WidgetRef) -> String {
     if !t.resource_id.is_empty() {
         let short = t
             .resource_id
@@ -76,7 +77,7 @@ pub fn words_match(words: &str, gold: &Action, strict_text: bool) -> bool {
 }
 
 /// The text of the section headed `## name` (up to the next `## `), if present.
-fn section<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+pub(crate) fn section<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     let head = format!("## {name}\n");
     let start = text.find(&head)? + head.len();
     let rest = &text[start..];
@@ -85,7 +86,7 @@ fn section<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 }
 
 /// Path steps' actions in words, from `(n) action => effect` lines.
-fn path_actions(text: &str) -> Vec<String> {
+pub(crate) fn path_actions(text: &str) -> Vec<String> {
     text.lines()
         .filter_map(|l| {
             let l = l.trim_start();
@@ -104,7 +105,7 @@ fn on_track(steps: &[String], gold: &[Action]) -> Option<usize> {
 }
 
 /// `[i] words` lines.
-fn numbered(text: &str) -> Vec<(usize, String)> {
+pub(crate) fn numbered(text: &str) -> Vec<(usize, String)> {
     text.lines()
         .filter_map(|l| {
             let rest = l.trim_start().strip_prefix('[')?;
@@ -115,7 +116,7 @@ fn numbered(text: &str) -> Vec<(usize, String)> {
 }
 
 /// Paths of an evaluation prompt (`### Path i` blocks), as actions in words.
-fn paths_of(text: &str) -> Vec<Vec<String>> {
+pub(crate) fn paths_of(text: &str) -> Vec<Vec<String>> {
     text.split("### Path ")
         .skip(1)
         .map(|block| path_actions(block.split_once('\n').map_or("", |(_, b)| b)))

@@ -109,18 +109,29 @@ impl Config {
     }
 }
 
+/// All four swipe directions.
+const ALL_DIRECTIONS: &[Direction] = &[
+    Direction::Up,
+    Direction::Down,
+    Direction::Left,
+    Direction::Right,
+];
+
 /// LTGDroid's enumeration: text fields get input (and a click when clickable), widgets click
-/// and long-click as they allow, scrollable widgets swipe in four directions; then back, enter
-/// and rotation.
+/// and long-click as they allow, scrollable widgets swipe in four directions; then the keys
+/// Back, Enter, Delete and Home, screen-wide swipes in four directions, and rotation.
+///
+/// The paper (§IV-B) names its action categories as Click, LongClick, Swipe, InputText, Rotate
+/// and "system-level key events (Press; e.g., Back, Enter, Delete, Home)", and defines an
+/// action's target as possibly null, "such as in a global Swipe action" (§II); its public code
+/// offers exactly those four keys and screen-wide swipes up, down, left and right on every
+/// screen.
 pub const LTGDROID_RULES: ActionRules = ActionRules {
     click_text_fields: true,
-    swipes: &[
-        Direction::Up,
-        Direction::Down,
-        Direction::Left,
-        Direction::Right,
-    ],
-    keys: &[Key::Back, Key::Enter],
+    swipes: ALL_DIRECTIONS,
+    keys: &[Key::Back, Key::Enter, Key::Delete, Key::Home],
+    screen_swipes: ALL_DIRECTIONS,
+    rotate: true,
 };
 
 /// Every action LTGDroid considers on a screen (see [`LTGDROID_RULES`]).

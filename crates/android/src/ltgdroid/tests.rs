@@ -304,9 +304,16 @@ fn candidates_follow_ltgdroid_rules() {
             .iter()
             .any(|w| w.starts_with("click <EditText resource-id=\"search_city\""))
     );
+    // The keys and screen-wide swipes of the paper's action categories, then rotation.
     assert!(words.ends_with(&[
         "press back".to_string(),
         "press enter".to_string(),
+        "press delete".to_string(),
+        "press home".to_string(),
+        "swipe up on the screen".to_string(),
+        "swipe down on the screen".to_string(),
+        "swipe left on the screen".to_string(),
+        "swipe right on the screen".to_string(),
         "rotate the screen".to_string()
     ]));
 }
