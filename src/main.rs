@@ -11,6 +11,7 @@ mod eval;
 mod gateway_cmd;
 mod grade;
 mod local;
+mod oracle_cmd;
 mod quickstart;
 mod review;
 mod slice_all;
@@ -87,6 +88,10 @@ enum Command {
     Credential(credential_cmd::CredentialArgs),
     /// Benchmarks (figures, not pass/fail).
     Bench(BenchArgs),
+    /// A stand-in backbone that plays a perfect model: it answers the built-in agents from the
+    /// golden patches (SWT) and ground-truth traces (android-sim) it is given. An oracle, not a
+    /// language model: it proves the pipeline from agent to verdict, never an agent's quality.
+    Oracle(oracle_cmd::OracleArgs),
 }
 
 /// Where a client finds the coordinator or its store.
@@ -755,6 +760,7 @@ async fn dispatch(command: Command) -> Result<std::process::ExitCode> {
         },
         Command::Gateway(a) => gateway_cmd::gateway(a).await?,
         Command::Credential(a) => credential_cmd::credential(a)?,
+        Command::Oracle(a) => oracle_cmd::oracle(a).await?,
     }
     Ok(std::process::ExitCode::SUCCESS)
 }

@@ -925,3 +925,47 @@ fn an_external_agent_packaged_as_a_local_image_runs_unchanged_and_metered() {
         assert_eq!(String::from_utf8_lossy(&internal.stdout).trim(), "true");
     }
 }
+
+/// The oracle backbone (`reprobench oracle`, a perfect model's answers from the golden patches,
+/// not a language model) turns every SWT agent and variant into a resolved instance: the
+/// pipeline from an agent's answer to a verdict loses nothing on the way.
+#[test]
+fn with_the_oracle_backbone_every_swt_agent_and_variant_resolves() {
+    let s = setup();
+    let mut oracle = Command::new(bin())
+        .args(["oracle", "--swt"])
+        .arg(s.dataset.join("instances.jsonl"))
+        .arg("--repos")
+        .arg(s.dir.path().join("repos"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(oracle.stdout.take().unwrap()),
+        &mut url,
+    )
+    .unwrap();
+    let agents = r#"[[agents]]
+name = "reproagent"
+variants = ["full", "no-localization", "no-rca", "no-planning", "no-review"]
+[[agents]]
+name = "zero-shot-plus"
+[[agents]]
+name = "libro"
+"#;
+    let rows = run_sweep(&s, &sweep(&s.dataset, url.trim(), agents, ""));
+    let _ = oracle.kill();
+    let _ = oracle.wait();
+    assert_eq!(
+        rows.len(),
+        s.rows.len() * 7,
+        "one row per instance, agent and variant"
+    );
+    for r in &rows {
+        let who = format!("{}/{} on {}", r["agent"], r["variant"], r["instance_id"]);
+        assert_eq!(r["verdict"], "resolved", "{who}: {r}");
+        assert!(r["llm_calls"].as_u64().unwrap() >= 1, "{who}");
+    }
+}
