@@ -6,19 +6,23 @@
 //! A perfect model, per protocol:
 //! - `reproagent`: localization names the golden patch's files and changed lines, root-cause
 //!   analysis and planning describe the golden change and the golden test, generation writes the
-//!   golden test file (the test file as the golden test patch leaves it, whole), review accepts;
-//! - `zero-shot-plus`: the golden test patch as its diff;
-//! - `libro`: the golden test file, whole, as its test.
+//!   golden tests as a new file (the golden test file after the golden test patch, its tests cut
+//!   to those the patch adds or changes), review accepts;
+//! - `zero-shot-plus`: in SWT-bench's custom diff format, the blocks that turn each Python file of
+//!   the golden test patch into its text after the patch, as exactly as the format allows;
+//! - `libro`: the same new file of the golden tests.
 //!
 //! The oracle is stateless: each request is answered from its own text (the issue in it names
 //! the instance; the system prompt names the agent and the stage). Pure: the test file's text at
 //! the base commit is read by the caller ([`OracleCase::of`]).
 
+use crate::custom_diff;
 use crate::reproagent::Stage;
 use crate::reproagent::prompts::stage_of_system_prompt;
 use reprobench_domain::swt::SwtInstance;
 use reprobench_swt::patch;
 use serde_json::{Value, json};
+use std::collections::BTreeSet;
 
 /// What every oracle answer says of itself (the server's `reprobench_note`).
 pub const ORACLE_NOTE: &str = "reprobench oracle: answers from the instance's golden patches \
@@ -36,13 +40,14 @@ pub struct OracleCase {
     issue_key: String,
     /// The golden code patch.
     patch: String,
-    /// The golden test patch.
-    test_patch: String,
     /// The golden fail-to-pass tests.
     fail_to_pass: Vec<String>,
-    /// The golden test file (the test patch's Python file with the most added lines) and its
-    /// whole text after the test patch; `Err` says why there is none.
+    /// The golden test file (the test patch's Python file with the most added lines) and the
+    /// golden tests as a new file made from it ([`golden_tests_only`]); `Err` says why there is
+    /// none.
     test_file: Result<(String, String), String>,
+    /// A perfect `zero-shot-plus` answer ([`custom_diff_answer`]); `Err` says why there is none.
+    custom_diff: Result<String, String>,
 }
 
 impl OracleCase {
@@ -53,9 +58,9 @@ impl OracleCase {
             instance_id: inst.instance_id.clone(),
             issue_key: issue_key(&inst.problem_statement),
             patch: inst.patch.clone(),
-            test_patch: inst.test_patch.clone(),
             fail_to_pass: inst.fail_to_pass.clone(),
-            test_file: golden_test_file(&inst.test_patch, file_at),
+            test_file: golden_test_file(&inst.test_patch, &file_at),
+            custom_diff: custom_diff_answer(&inst.test_patch, &file_at),
         }
     }
 
@@ -90,7 +95,166 @@ fn golden_test_file(
         .ok_or("the golden test patch changes no Python file")?;
     let before = file_at(&path).unwrap_or_default();
     let after = patch::apply_to_text(&before, test_patch, &path)?;
-    Ok((path, after))
+    let tests = golden_tests_only(&after, &added_line_numbers(test_patch, &path))?;
+    Ok((path, tests))
+}
+
+/// The 1-based line numbers, in the file after `patch`, of the lines it adds to `path`.
+fn added_line_numbers(patch: &str, path: &str) -> BTreeSet<usize> {
+    let mut added = BTreeSet::new();
+    let mut inside = false;
+    let mut line = 0;
+    for text in patch.lines() {
+        if text.starts_with("diff --git ") {
+            inside = text.ends_with(&format!(" b/{path}"));
+            line = 0;
+        } else if !inside {
+        } else if let Some(header) = text.strip_prefix("@@ -") {
+            line = header
+                .split_once(" +")
+                .and_then(|(_, new)| new.split([',', ' ']).next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+        } else if line == 0 {
+            // `---`/`+++` headers, before the first hunk.
+        } else if text.starts_with('+') {
+            added.insert(line);
+            line += 1;
+        } else if !text.starts_with('-') && !text.starts_with('\\') {
+            line += 1;
+        }
+    }
+    added
+}
+
+/// The golden test file as a new file of the golden tests: everything that is no test
+/// (imports, helpers, fixtures, settings, test classes' other members) is kept, and of the test
+/// functions and methods (`test*`) only those with a line the golden patch adds. A perfect
+/// model asked for a new test file writes the golden tests, not a copy of every test beside
+/// them (whose failures without a network, say, would count as the prediction's).
+fn golden_tests_only(text: &str, added: &BTreeSet<usize>) -> Result<String, String> {
+    let mut parser = tree_sitter::Parser::new();
+    parser
+        .set_language(&tree_sitter_python::LANGUAGE.into())
+        .map_err(|e| format!("the Python grammar cannot be loaded: {e}"))?;
+    let tree = parser
+        .parse(text, None)
+        .ok_or("the golden test file cannot be parsed")?;
+    let touched = |node: tree_sitter::Node| {
+        added
+            .range(node.start_position().row + 1..=node.end_position().row + 1)
+            .next()
+            .is_some()
+    };
+    let mut cut: Vec<(usize, usize)> = Vec::new();
+    let mut root = tree.root_node().walk();
+    for item in tree.root_node().children(&mut root) {
+        let definition = definition_of(item);
+        match definition.map(|d| d.kind()) {
+            Some("function_definition") if is_test(definition, text) && !touched(item) => {
+                cut.push(whole_lines(text, item));
+            }
+            Some("class_definition") => {
+                let Some(body) = definition.and_then(|d| d.child_by_field_name("body")) else {
+                    continue;
+                };
+                let mut walk = body.walk();
+                let members: Vec<_> = body.named_children(&mut walk).collect();
+                let untouched_tests: Vec<_> = members
+                    .iter()
+                    .filter(|m| {
+                        definition_of(**m).is_some_and(|d| {
+                            d.kind() == "function_definition" && is_test(Some(d), text)
+                        }) && !touched(**m)
+                    })
+                    .collect();
+                if untouched_tests.is_empty() {
+                    continue;
+                }
+                if untouched_tests.len() == members.len() {
+                    // A class left without members: the class goes too.
+                    cut.push(whole_lines(text, item));
+                } else {
+                    cut.extend(untouched_tests.iter().map(|m| whole_lines(text, **m)));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut at = 0;
+    for (start, end) in cut {
+        out.push_str(&text[at..start.max(at)]);
+        at = end.max(at);
+    }
+    out.push_str(&text[at..]);
+    Ok(out)
+}
+
+/// The function or class a statement defines (through its decorators), if it defines one.
+fn definition_of(node: tree_sitter::Node) -> Option<tree_sitter::Node> {
+    match node.kind() {
+        "function_definition" | "class_definition" => Some(node),
+        "decorated_definition" => node.child_by_field_name("definition"),
+        _ => None,
+    }
+}
+
+/// Whether a function definition is a test (its name starts with `test`).
+fn is_test(definition: Option<tree_sitter::Node>, text: &str) -> bool {
+    definition
+        .and_then(|d| d.child_by_field_name("name"))
+        .and_then(|n| text.get(n.byte_range()))
+        .is_some_and(|name| name.starts_with("test"))
+}
+
+/// The byte range of the whole lines `node` spans (its line's start to the end of its last line)
+/// and the blank lines after them.
+fn whole_lines(text: &str, node: tree_sitter::Node) -> (usize, usize) {
+    let start = text[..node.start_byte()].rfind('\n').map_or(0, |i| i + 1);
+    let mut end = text[node.end_byte()..]
+        .find('\n')
+        .map_or(text.len(), |i| node.end_byte() + i + 1);
+    while let Some(line) = text[end..].split_inclusive('\n').next() {
+        if !line.trim().is_empty() {
+            break;
+        }
+        end += line.len();
+    }
+    (start, end)
+}
+
+/// A perfect `zero-shot-plus` answer: a custom diff whose blocks turn each Python file of the
+/// golden test patch from its text at the base commit into its text after the patch, as far as
+/// the format can ([`custom_diff::blocks_between`]).
+fn custom_diff_answer(
+    test_patch: &str,
+    file_at: impl Fn(&str) -> Option<String>,
+) -> Result<String, String> {
+    let mut blocks = Vec::new();
+    let mut problems = Vec::new();
+    let paths = patch::diff_files(test_patch)
+        .into_iter()
+        .filter_map(|f| f.new)
+        .filter(|p| p.ends_with(".py"));
+    for path in paths {
+        let before = file_at(&path);
+        match patch::apply_to_text(before.as_deref().unwrap_or(""), test_patch, &path) {
+            Ok(after) => blocks.extend(custom_diff::blocks_between(
+                &path,
+                before.as_deref(),
+                &after,
+            )),
+            Err(why) => problems.push(why),
+        }
+    }
+    if blocks.is_empty() {
+        return Err(problems
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| "the golden test patch changes no Python file".to_string()));
+    }
+    Ok(custom_diff::render(&blocks))
 }
 
 /// Lines `patch` adds to `path` (counted over its section).
@@ -271,7 +435,10 @@ fn reply(case: &OracleCase, protocol: Protocol) -> String {
             "feedback": "",
         })
         .to_string(),
-        Protocol::ZeroShotPlus => fenced("diff", &case.test_patch),
+        Protocol::ZeroShotPlus => match &case.custom_diff {
+            Ok(answer) => answer.clone(),
+            Err(why) => format!("The oracle has no custom diff for this instance: {why}"),
+        },
         Protocol::Libro => match test {
             Ok((_, text)) => fenced("python", text),
             Err(why) => format!("The oracle has no golden test file for this instance: {why}"),
@@ -309,7 +476,7 @@ mod tests {
     }
 
     #[test]
-    fn generation_writes_the_golden_test_file_whole_and_review_accepts() {
+    fn generation_writes_the_golden_tests_as_a_new_file_and_review_accepts() {
         let o = oracle();
         let issue = "Repository: o/r\n<issue>\nf() returns 1, but the docs say 2.\n</issue>";
         let generated = o
@@ -324,7 +491,7 @@ mod tests {
         assert_eq!(answer.path.as_deref(), Some("tests/test_m.py"));
         assert_eq!(
             answer.code,
-            "import pkg\ndef test_old(): pass\n\n\ndef test_f():\n    assert pkg.m.f() == 2\n"
+            "import pkg\ndef test_f():\n    assert pkg.m.f() == 2\n"
         );
         let review = o
             .answer(&request(
@@ -352,9 +519,20 @@ mod tests {
         let zsp = o
             .answer(&request(crate::baselines::ZSP_MARKER, issue))
             .unwrap();
-        let patch =
-            crate::baselines::test_patch_from_answer(zsp["content"].as_str().unwrap(), "t.py");
-        assert_eq!(patch.as_deref(), Some(instance().test_patch.as_str()));
+        // A custom diff that converts to a patch giving exactly the golden test file.
+        let blocks = custom_diff::parse(zsp["content"].as_str().unwrap());
+        assert!(custom_diff::is_custom_diff(&blocks), "{zsp}");
+        let base = "import pkg\ndef test_old(): pass\n";
+        let converted = custom_diff::convert(&blocks, |p| {
+            Ok((p == "tests/test_m.py").then(|| base.to_string()))
+        });
+        let golden = patch::apply_to_text(base, &instance().test_patch, "tests/test_m.py");
+        let patch = converted.patch.expect("a patch");
+        assert_eq!(
+            patch::apply_to_text(base, &patch, "tests/test_m.py"),
+            golden,
+            "{patch}"
+        );
         let libro = o
             .answer(&request(crate::baselines::LIBRO_MARKER, issue))
             .unwrap();
@@ -378,6 +556,18 @@ mod tests {
                 "f() returns 1, but the docs say 2."
             )),
             None
+        );
+    }
+
+    #[test]
+    fn only_the_tests_the_golden_patch_adds_or_changes_are_kept() {
+        let before = "import os\n\n\nclass TestA:\n    def setup_method(self):\n        self.x = 1\n\n    def test_old(self):\n        assert os\n\n\nclass TestB:\n    def test_b(self):\n        pass\n\n\n@mark\ndef test_mod():\n    pass\n";
+        let patch = "diff --git a/t/test_a.py b/t/test_a.py\n--- a/t/test_a.py\n+++ b/t/test_a.py\n@@ -8,6 +8,9 @@ class TestA:\n     def test_old(self):\n         assert os\n \n+    def test_new(self):\n+        assert self.x == 2\n+\n \n class TestB:\n     def test_b(self):\n";
+        let after = patch::apply_to_text(before, patch, "t/test_a.py").unwrap();
+        let kept = golden_tests_only(&after, &added_line_numbers(patch, "t/test_a.py")).unwrap();
+        assert_eq!(
+            kept,
+            "import os\n\n\nclass TestA:\n    def setup_method(self):\n        self.x = 1\n\n    def test_new(self):\n        assert self.x == 2\n\n\n"
         );
     }
 
