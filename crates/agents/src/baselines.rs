@@ -1,13 +1,14 @@
 //! The two LLM baselines of the SWT track, through the same gateway as every agent.
 //!
-//! - `zero-shot-plus`: one prompt holding the issue and BM25-retrieved code, answered with a
-//!   test patch (SWT-bench's ZeroShotPlus asks for a custom diff format; we ask for a unified
-//!   diff, and accept a file block as a fallback).
+//! - `zero-shot-plus`: SWT-bench's ZeroShotPlus: one prompt holding the issue and BM25-retrieved
+//!   code, answered in SWT-bench's custom diff format and converted into a test patch as
+//!   SWT-bench converts it ([`crate::custom_diff`]); an answer not in that format is taken as
+//!   a ```diff block, or else a python block written as a new file.
 //! - `libro`: LIBRO's few-shot prompting with issue → test examples, several samples, each run on
 //!   the buggy code; candidates that fail for a reason other than setup are clustered by their
 //!   failure and the largest cluster's shortest test is chosen.
 
-use super::{InstanceBrief, Llm, LlmError, TestRun, Workspace};
+use super::{InstanceBrief, Llm, LlmError, TestRun, Workspace, custom_diff};
 use reprobench_swt::patch;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -23,6 +24,27 @@ pub struct BaselineOutcome {
     pub candidates: Vec<Value>,
     /// Why it stopped early, if it did.
     pub stopped_by: Option<String>,
+    /// The form the answer came in (zero-shot-plus).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer_form: Option<AnswerForm>,
+    /// What the conversion of a custom diff said: failures and what it left out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+/// The form of a `zero-shot-plus` answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnswerForm {
+    /// SWT-bench's custom diff (a block with mode `rewrite` or `insert`), converted as
+    /// SWT-bench converts it, whether or not that gave a patch.
+    CustomDiff,
+    /// A ```diff block that is a valid patch.
+    UnifiedDiff,
+    /// A python block, written as a new test file.
+    PythonFile,
+    /// None of these: no test patch.
+    Unusable,
 }
 
 /// Fenced code blocks of `text` as (language tag, body): a fence of three or more backticks or
@@ -58,6 +80,11 @@ pub fn fenced_blocks(text: &str) -> Vec<(String, String)> {
 /// A test patch read from a model's answer: a ```diff block that is a valid patch, or else a
 /// python block written as a new file at the path named before it (default `default_path`).
 pub fn test_patch_from_answer(answer: &str, default_path: &str) -> Option<String> {
+    patch_of_answer(answer, default_path).map(|(_, patch)| patch)
+}
+
+/// [`test_patch_from_answer`] and which of its two forms the patch came from.
+fn patch_of_answer(answer: &str, default_path: &str) -> Option<(AnswerForm, String)> {
     let blocks = fenced_blocks(answer);
     for (tag, body) in &blocks {
         if (tag == "diff"
@@ -66,7 +93,7 @@ pub fn test_patch_from_answer(answer: &str, default_path: &str) -> Option<String
             || body.starts_with("--- "))
             && patch::validate(Some(body)).is_ok()
         {
-            return Some(body.clone());
+            return Some((AnswerForm::UnifiedDiff, body.clone()));
         }
     }
     let (_, code) = blocks.iter().find(|(tag, b)| {
@@ -76,7 +103,7 @@ pub fn test_patch_from_answer(answer: &str, default_path: &str) -> Option<String
         .split(|c: char| c.is_whitespace() || c == '`' || c == '*' || c == '"' || c == '\'')
         .find(|w| w.ends_with(".py") && !w.starts_with('/') && !w.contains(".."))
         .unwrap_or(default_path);
-    Some(patch::new_file_diff(path, code))
+    Some((AnswerForm::PythonFile, patch::new_file_diff(path, code)))
 }
 
 /// Where a baseline's new test file goes.
@@ -97,34 +124,139 @@ pub fn default_test_path(instance_id: &str) -> String {
 /// How `zero-shot-plus`'s system prompt starts (what oracles and scripted servers match on).
 pub const ZSP_MARKER: &str = "zero-shot-plus:";
 
-const ZSP_SYSTEM: &str = "zero-shot-plus: You write a test that reproduces a reported bug in a Python repository. The test must fail on the current code because of the bug, and pass once the bug is fixed.";
+const ZSP_SYSTEM: &str = "zero-shot-plus: You write tests that check whether a reported issue in a Python repository is resolved: they fail on the current code because of the issue, and pass once it is fixed.";
 
-/// `zero-shot-plus`: one call with the issue and retrieved code (`context`).
-pub async fn zero_shot_plus<L: Llm>(
+/// How the ZeroShotPlus prompt opens (SWT-bench's opening, in our words).
+const ZSP_OPENING: &str = "Below are an issue posted on a repository (in <issue/> brackets) and the contents of some of the repository's files that hold relevant code (in <code> brackets); code from third-party dependencies or from files not shown may be needed as well. Identify the issue and write a test case that verifies a proposed solution to it. Details follow at the end.";
+
+/// SWT-bench's ZeroShotPlus instructions (`PLUS_PROMPT` in its `dataset/swt_bench.py`): the
+/// custom diff format, its rule for insertions and its worked example are theirs verbatim (a
+/// model must see the format exactly as SWT-bench shows it); the prose around them is ours.
+pub const ZSP_INSTRUCTIONS: &str = r#"Write test cases that check whether a solution resolves the user's issue (above, in <issue/> brackets).
+Give them as a diff in the custom format explained below.
+
+A diff in this format has this general shape.
+```custom-diff
+diff
+<path/filename>
+< "rewrite" or "insert" >
+< rough line number / EOF / BOF >
+< insert function that should be added or rewritten >
+end diff
+< repeat blocks of diff as necessary >
+```
+Insertion can only be done at the end or beginning of the file, indicated by EOF or BOF respectively.
+
+For example, here is a file before a change.
+[start of demo/test_file.py]
+1 def test_euclidean(a, b):
+2     assert euclidean(0, 0) == 0
+3     assert euclidean(0, 1) == 1
+4     assert euclidean(1, 0) == 1
+5     assert euclidean(1, 1) == 1
+6
+7 @pytest.mark.parametrize("a, b, expected", [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 1)])
+8 def test_gcd(a, b):
+9     assert gcd(a, b) == expected
+10
+[end of demo/file.py]
+
+This diff extends test_euclidean and adds test_lcm, turning the file above into the one below.
+```custom-diff
+diff
+demo/file.py
+rewrite
+1
+def test_euclidean(a, b):
+    assert euclidean(0, 0) == 0
+    assert euclidean(0, 1) == 1
+    assert euclidean(1, 0) == 1
+    assert euclidean(1, 1) == 1
+    assert euclidean(100, 10) == 10
+end diff
+diff
+demo/file.py
+insert
+EOF
+@pytest.mark.parametrize("a, b, expected", [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 1), (100, 10, 10)])
+def test_lcm(a, b):
+    assert lcm(a, b) == expected
+end diff
+```
+
+The file after the change.
+[start of demo/file.py]
+1 def test_euclidean(a, b):
+2     assert euclidean(0, 0) == 0
+3     assert euclidean(0, 1) == 1
+4     assert euclidean(1, 0) == 1
+5     assert euclidean(1, 1) == 1
+6     assert euclidean(100, 10) == 10
+7
+8 @pytest.mark.parametrize("a, b, expected", [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 1)])
+9 def test_gcd(a, b):
+10     assert gcd(a, b) == expected
+11
+12 @pytest.mark.parametrize("a, b, expected", [(0, 0, 0), (0, 1, 1), (1, 0, 1), (1, 1, 1), (100, 10, 10)])
+13 def test_lcm(a, b):
+14     assert lcm(a, b) == expected
+15
+[end of demo/file.py]
+
+Each block names the file by its path, the function, and an approximate line number; use as many independent blocks as you need, in one file or in several.
+Reason as much as you find useful, but the answer itself must follow the custom diff format.
+Write test cases only: do not try to fix the issue.
+"#;
+
+/// The user message of `zero-shot-plus`: the issue, the retrieved code and the instructions.
+pub fn zero_shot_plus_prompt(brief: &InstanceBrief, context: &str) -> String {
+    format!(
+        "{ZSP_OPENING}\n<issue>\n{issue}\n</issue>\n<code>\n{context}</code>\n\n{ZSP_INSTRUCTIONS}",
+        issue = brief.problem_statement.trim_end(),
+    )
+}
+
+/// `zero-shot-plus`: one call with the issue and retrieved code (`context`); a custom diff is
+/// converted against the files it names as `ws` reads them.
+pub async fn zero_shot_plus<L: Llm, W: Workspace>(
     brief: &InstanceBrief,
     context: &str,
     llm: &mut L,
+    ws: &W,
 ) -> BaselineOutcome {
-    let path = default_test_path(&brief.instance_id);
-    let user = format!(
-        "Repository: {repo}\n\n# Issue\n{issue}\n\n# Code that may be relevant (retrieved by BM25)\n{context}\n\n# Task\nWrite a pytest test reproducing the issue. Answer with a unified diff (```diff block) that adds the test, for example as a new file `{path}`, relative to the repository root. Do not change non-test code.",
-        repo = brief.repo,
-        issue = brief.problem_statement,
-    );
     let messages = [
         json!({"role": "system", "content": ZSP_SYSTEM}),
-        json!({"role": "user", "content": user}),
+        json!({"role": "user", "content": zero_shot_plus_prompt(brief, context)}),
     ];
     let mut out = BaselineOutcome::default();
-    match llm.chat(&messages, &[]).await {
-        Ok(turn) => {
-            out.llm_calls = 1;
-            out.test_patch = turn
-                .content
-                .as_deref()
-                .and_then(|a| test_patch_from_answer(a, &path));
+    let answer = match llm.chat(&messages, &[]).await {
+        Ok(turn) => turn.content.unwrap_or_default(),
+        Err(e) => {
+            out.stopped_by = Some(stop_reason(&e));
+            return out;
         }
-        Err(e) => out.stopped_by = Some(stop_reason(&e)),
+    };
+    out.llm_calls = 1;
+    let blocks = custom_diff::parse(&answer);
+    if custom_diff::is_custom_diff(&blocks) {
+        let mut files = std::collections::BTreeMap::new();
+        for path in custom_diff::paths(&blocks) {
+            let text = ws.file_text(&path).await;
+            files.insert(path, text);
+        }
+        let conversion =
+            custom_diff::convert(&blocks, |p| files.get(p).cloned().unwrap_or(Ok(None)));
+        out.answer_form = Some(AnswerForm::CustomDiff);
+        out.test_patch = conversion.patch;
+        out.notes = conversion.notes;
+        return out;
+    }
+    match patch_of_answer(&answer, &default_test_path(&brief.instance_id)) {
+        Some((form, patch)) => {
+            out.answer_form = Some(form);
+            out.test_patch = Some(patch);
+        }
+        None => out.answer_form = Some(AnswerForm::Unusable),
     }
     out
 }
@@ -296,6 +428,111 @@ pub fn choose_libro(failing: &[(String, String)], issue: &str) -> Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::AssistantTurn;
+
+    /// A model that always gives one answer, and records the prompts it got.
+    struct OneAnswer(String, Vec<Value>);
+
+    impl Llm for OneAnswer {
+        async fn chat(
+            &mut self,
+            messages: &[Value],
+            _tools: &[Value],
+        ) -> Result<AssistantTurn, LlmError> {
+            self.1.extend(messages.iter().cloned());
+            Ok(AssistantTurn {
+                content: Some(self.0.clone()),
+                tool_calls: vec![],
+            })
+        }
+    }
+
+    /// A workspace holding `tests/test_a.py` (and a directory `tests/data`).
+    struct Files;
+
+    impl Workspace for Files {
+        fn tool_specs(&self) -> Vec<Value> {
+            vec![]
+        }
+        async fn call_tool(&self, _: &str, _: &str) -> String {
+            String::new()
+        }
+        async fn run_test(
+            &self,
+            _: &str,
+            _: &str,
+        ) -> Result<TestRun, crate::workspace::WorkspaceError> {
+            Ok(TestRun::default())
+        }
+        async fn file_text(&self, path: &str) -> Result<Option<String>, String> {
+            match path {
+                "tests/test_a.py" => Ok(Some("def test_a():\n    assert 1\n".into())),
+                "tests/data" => Err("`tests/data` is a directory".into()),
+                _ => Ok(None),
+            }
+        }
+    }
+
+    async fn zsp(answer: &str) -> (BaselineOutcome, Vec<Value>) {
+        let brief = InstanceBrief {
+            instance_id: "o__r-1".into(),
+            repo: "o/r".into(),
+            problem_statement: "f() is wrong".into(),
+            hints: String::new(),
+        };
+        let mut llm = OneAnswer(answer.to_string(), vec![]);
+        let out = zero_shot_plus(&brief, "## m.py\n", &mut llm, &Files).await;
+        (out, llm.1)
+    }
+
+    #[tokio::test]
+    async fn zero_shot_plus_converts_a_custom_diff_and_falls_back_to_other_forms() {
+        let custom = "```custom-diff\ndiff\ntests/test_a.py\ninsert\nEOF\ndef test_b():\n    assert f()\nend diff\n```";
+        let (out, prompt) = zsp(custom).await;
+        assert_eq!(out.answer_form, Some(AnswerForm::CustomDiff));
+        let patch = out.test_patch.unwrap();
+        assert!(
+            patch.contains("+def test_b():\n+    assert f()\n"),
+            "{patch}"
+        );
+        let system = prompt[0]["content"].as_str().unwrap();
+        assert!(system.starts_with(ZSP_MARKER));
+        let user = prompt[1]["content"].as_str().unwrap();
+        assert!(user.contains("<issue>\nf() is wrong\n</issue>\n<code>\n## m.py\n</code>"));
+        assert!(
+            user.contains("< \"rewrite\" or \"insert\" >\n< rough line number / EOF / BOF >\n")
+        );
+        // A custom diff that fails gives no patch, and says why.
+        let (out, _) =
+            zsp("diff\ntests/test_a.py\nrewrite\n1\ndef test_zzz():\n    pass\nend diff").await;
+        assert_eq!(
+            (out.answer_form, out.test_patch),
+            (Some(AnswerForm::CustomDiff), None)
+        );
+        assert!(out.notes[0].contains("test_zzz"), "{:?}", out.notes);
+        let (out, _) = zsp("diff\ntests/data\ninsert\nEOF\nx = 1\nend diff").await;
+        assert_eq!(out.test_patch, None);
+        assert!(out.notes[0].contains("directory"), "{:?}", out.notes);
+        // Other forms.
+        let diff = "diff --git a/tests/test_x.py b/tests/test_x.py\nnew file mode 100644\n--- /dev/null\n+++ b/tests/test_x.py\n@@ -0,0 +1,2 @@\n+def test_x():\n+    assert False\n";
+        let (out, _) = zsp(&format!("```diff\n{diff}```")).await;
+        assert_eq!(
+            (out.answer_form, out.test_patch.as_deref()),
+            (Some(AnswerForm::UnifiedDiff), Some(diff))
+        );
+        let (out, _) = zsp("```python\ndef test_y():\n    assert 0\n```").await;
+        assert_eq!(out.answer_form, Some(AnswerForm::PythonFile));
+        assert!(
+            out.test_patch
+                .unwrap()
+                .contains("+++ b/tests/test_reproduce_o__r_1.py")
+        );
+        let (out, _) = zsp("I cannot help.").await;
+        assert_eq!(
+            (out.answer_form, out.test_patch),
+            (Some(AnswerForm::Unusable), None)
+        );
+    }
 
     #[test]
     fn answers_become_patches() {

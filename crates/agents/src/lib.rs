@@ -15,6 +15,7 @@ pub use reprobench_gateway::llm::{
 
 pub mod baselines;
 pub mod checkout;
+pub mod custom_diff;
 pub mod external;
 pub mod external_image;
 pub mod oracle;
@@ -52,6 +53,13 @@ pub trait Workspace: Send + Sync {
     fn most_similar_test_file(&self, code: &str) -> impl Future<Output = Option<String>> + Send {
         let _ = code;
         async { None }
+    }
+    /// The text of the file at `path` (relative to the repository root) at the base commit:
+    /// `Ok(None)` when there is none, `Err` when it cannot be read as text. The default knows
+    /// no files.
+    fn file_text(&self, path: &str) -> impl Future<Output = Result<Option<String>, String>> + Send {
+        let _ = path;
+        async { Ok(None) }
     }
 }
 

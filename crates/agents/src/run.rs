@@ -210,7 +210,7 @@ pub async fn run_builtin(
             }
             Some(AgentKind::ZeroShotPlus) => {
                 let context = retrieved_context(&ws, &brief.problem_statement).await;
-                let out = baselines::zero_shot_plus(&brief, &context, &mut llm).await;
+                let out = baselines::zero_shot_plus(&brief, &context, &mut llm, &ws).await;
                 baseline_result(out, setup.artifacts, "zero-shot-plus.json")
             }
             Some(AgentKind::Libro) => {
@@ -317,7 +317,7 @@ fn baseline_result(out: baselines::BaselineOutcome, dir: &Path, file: &str) -> P
         serde_json::to_vec_pretty(&out).unwrap_or_default(),
     );
     let err = llm_failure(out.stopped_by.as_deref());
-    let summary = json!({"llm_calls": out.llm_calls, "candidates": out.candidates.len(), "stopped_by": out.stopped_by});
+    let summary = json!({"llm_calls": out.llm_calls, "candidates": out.candidates.len(), "stopped_by": out.stopped_by, "answer_form": out.answer_form});
     (out.test_patch, summary, None, None, err)
 }
 

@@ -297,6 +297,17 @@ impl Workspace for SandboxWorkspace {
         .flatten()
     }
 
+    async fn file_text(&self, path: &str) -> Result<Option<String>, String> {
+        let (tools, path) = (self.tools.clone(), path.to_string());
+        tokio::task::spawn_blocking(move || match tools.repo().read_text(&path) {
+            Ok(text) => Ok(Some(text)),
+            Err(super::tools::ToolError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the read failed: {e}")))
+    }
+
     async fn run_test(&self, path: &str, contents: &str) -> Result<TestRun, WorkspaceError> {
         reprobench_sandbox::check_relative_path(path).map_err(WorkspaceError::TestPathRefused)?;
         self.test_runs.fetch_add(1, Ordering::Relaxed);
