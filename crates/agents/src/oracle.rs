@@ -171,8 +171,9 @@ fn golden_tests_only(text: &str, added: &BTreeSet<usize>) -> Result<String, Stri
                 if untouched_tests.is_empty() {
                     continue;
                 }
-                if untouched_tests.len() == members.len() {
-                    // A class left without members: the class goes too.
+                let statements = members.iter().filter(|m| m.kind() != "comment").count();
+                if untouched_tests.len() == statements {
+                    // A class left without statements (comments are none): the class goes too.
                     cut.push(whole_lines(text, item));
                 } else {
                     cut.extend(untouched_tests.iter().map(|m| whole_lines(text, **m)));
@@ -561,7 +562,7 @@ mod tests {
 
     #[test]
     fn only_the_tests_the_golden_patch_adds_or_changes_are_kept() {
-        let before = "import os\n\n\nclass TestA:\n    def setup_method(self):\n        self.x = 1\n\n    def test_old(self):\n        assert os\n\n\nclass TestB:\n    def test_b(self):\n        pass\n\n\n@mark\ndef test_mod():\n    pass\n";
+        let before = "import os\n\n\nclass TestA:\n    def setup_method(self):\n        self.x = 1\n\n    def test_old(self):\n        assert os\n\n\nclass TestB:\n    def test_b(self):\n        pass\n    # a comment is no statement\n\n\n@mark\ndef test_mod():\n    pass\n";
         let patch = "diff --git a/t/test_a.py b/t/test_a.py\n--- a/t/test_a.py\n+++ b/t/test_a.py\n@@ -8,6 +8,9 @@ class TestA:\n     def test_old(self):\n         assert os\n \n+    def test_new(self):\n+        assert self.x == 2\n+\n \n class TestB:\n     def test_b(self):\n";
         let after = patch::apply_to_text(before, patch, "t/test_a.py").unwrap();
         let kept = golden_tests_only(&after, &added_line_numbers(patch, "t/test_a.py")).unwrap();
