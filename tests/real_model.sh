@@ -5,6 +5,10 @@
 #
 #   tests/real_model.sh [--json]         the sweep; with --json, one JSON object is printed last
 #   tests/real_model.sh --build-wheel    only build (or find) the cached llama-cpp-python wheel
+#   tests/real_model.sh --slice [--json] the SWT agents (reproagent's five variants,
+#                                        zero-shot-plus, libro) on three real SWT-bench instances
+#                                        of ../shared/data/real/swt-slice (requests, flask, django)
+#                                        with the model's full 8,192-token context; no android sweep
 #
 # The model is tiny (135M parameters, 4-bit): it will rarely reproduce a bug. The point is that
 # the harness, the gateway and every agent survive and meter a real model's output.
@@ -22,18 +26,20 @@ MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_ALIAS=smollm2-135m-instruct-q4_1
 # Context window given to the server (the model was trained for 8192): small on purpose, so
 # that agents meet the server's context-length errors as they would a large model's.
-N_CTX="${REPROBENCH_REAL_MODEL_N_CTX:-2048}"
-
 json=0
 mode=sweep
 for arg in "$@"; do
   case "$arg" in
     --json) json=1 ;;
     --build-wheel) mode=wheel ;;
-    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "real_model.sh: unknown argument '$arg' (use --json or --build-wheel)" >&2; exit 2 ;;
+    --slice) mode=slice ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "real_model.sh: unknown argument '$arg' (use --json, --slice or --build-wheel)" >&2; exit 2 ;;
   esac
 done
+# With --slice the whole context the model was trained for: real issues and code are long.
+if [ "$mode" = slice ]; then N_CTX="${REPROBENCH_REAL_MODEL_N_CTX:-8192}"; else N_CTX="${REPROBENCH_REAL_MODEL_N_CTX:-2048}"; fi
+SLICE_INSTANCES="psf__requests-3362 pallets__flask-5063 django__django-14016"
 
 say() { echo "real_model: $*" >&2; }
 
@@ -169,6 +175,23 @@ mkdir -p "$android/reports"
 cp "$root/datasets/android-sim/manifest.json" "$android/"
 ln -s "$root/datasets/android-sim/apps" "$android/apps"
 "$bin" datasets prepare "$swt" --repos "$work/repos" >&2
+swt_dataset="$swt"
+swt_cache="$work/cache"
+if [ "$mode" = slice ]; then
+  slice="${REPROBENCH_SHARED:-$root/../shared}/data/real/swt-slice"
+  [ -f "$slice/rows.jsonl" ] || { say "the real SWT-bench slice is not at $slice (set REPROBENCH_SHARED)"; exit 1; }
+  "$py" - "$slice/rows.jsonl" "$work/slice-rows.jsonl" $SLICE_INSTANCES <<'PY'
+import json, sys
+src, dst, *ids = sys.argv[1:]
+rows = {json.loads(l)["instance_id"]: l for l in open(src)}
+open(dst, "w").writelines(rows[i] for i in ids)
+PY
+  "$bin" datasets import "$slice/repos/psf__requests.git.tar.gz" "$slice/repos/pallets__flask.git.tar.gz" \
+    "$slice/repos/django__django.git.tar.gz" --repos "$work/repos" >&2
+  swt_dataset="$work/slice-rows.jsonl"
+  # The instances' environments take minutes to build: kept across runs, keyed by their specs.
+  swt_cache="${REPROBENCH_REAL_MODEL_ENV_CACHE:-$cache/environments}"
+fi
 cp "$root/datasets/android-sim/reports/quicknotes-01.json" "$root/datasets/android-sim/reports/tipsplit-03.json" "$android/reports/"
 
 # The price is a stand-in (a 135M model served locally costs nothing): $0.10 in / $0.40 out
@@ -189,12 +212,16 @@ EOF
 }
 {
   echo "name = \"real-model-swt\""
-  echo "datasets = [\"$swt\"]"
+  echo "datasets = [\"$swt_dataset\"]"
+  echo "max_attempts = 2"
+  echo "[[agents]]"
+  echo "name = \"reproagent\""
+  if [ "$mode" = slice ]; then
+    echo 'variants = ["full", "no-localization", "no-rca", "no-planning", "no-review"]'
+  else
+    echo 'variants = ["full", "no-review"]'
+  fi
   cat <<'EOF'
-max_attempts = 2
-[[agents]]
-name = "reproagent"
-variants = ["full", "no-review"]
 [[agents]]
 name = "zero-shot-plus"
 [[agents]]
@@ -236,13 +263,19 @@ EOF
 
 export REPROBENCH_REAL_MODEL_KEY="sk-local-llama-cpp-not-checked"
 runs=()
-for sweep in swt android; do
+walls=()
+sweeps="swt android"
+[ "$mode" = slice ] && sweeps="swt"
+for sweep in $sweeps; do
   say "running the $sweep sweep against the real model"
   start=$(date +%s)
+  sweep_cache="$work/cache"
+  [ "$sweep" = swt ] && sweep_cache="$swt_cache"
   "$bin" run "$work/$sweep.toml" --local-nodes 1 --data "$work/data-$sweep" \
-    --datasets "$root/datasets" --repos "$work/repos" --cache-dir "$work/cache" \
+    --datasets "$root/datasets" --repos "$work/repos" --cache-dir "$sweep_cache" \
     --json >"$work/$sweep.json"
   echo "$(( $(date +%s) - start ))" >"$work/$sweep.wall"
+  walls+=(--wall "$work/$sweep.wall")
   run_id="$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$work/$sweep.json")"
   "$bin" results "$run_id" --format jsonl --data "$work/data-$sweep" >"$work/$sweep.results.jsonl"
   runs+=("$work/$sweep.results.jsonl")
@@ -256,7 +289,7 @@ summary="$("$py" "$root/tests/real_model_summary.py" --model "$MODEL_ALIAS ($MOD
   --server "llama-cpp-python $LLAMA_CPP_PYTHON (llama.cpp's OpenAI-compatible server), n_ctx $N_CTX" \
   --server-log "$work/server.log" --wheel-build-s "$wheel_build_s" \
   --server-restarts "$(cat "$work/server.restarts" 2>/dev/null | wc -l)" \
-  --gateway-bench "$work/bench.json" --wall "$work/swt.wall" --wall "$work/android.wall" "${runs[@]}")"
+  --gateway-bench "$work/bench.json" "${walls[@]}" "${runs[@]}")"
 if [ "$json" = 1 ]; then
   echo "$summary"
 else
