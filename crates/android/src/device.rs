@@ -206,6 +206,14 @@ pub fn named_exceptions(text: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The exceptions a report names in its title or body (see [`named_exceptions`]): the crash
+/// oracle's reference for which crash is the reported one.
+pub fn reported_exceptions(
+    report: &reprobench_domain::android::AndroidReport,
+) -> std::collections::BTreeSet<String> {
+    named_exceptions(&format!("{}\n{}", report.title, report.body))
+}
+
 /// An app crash, as the crash oracle reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Crash {

@@ -525,7 +525,7 @@ pub async fn run_on_device(
     let reported = inst
         .report
         .as_ref()
-        .map(|r| super::device::named_exceptions(&format!("{}\n{}", r.title, r.body)))
+        .map(super::device::reported_exceptions)
         .unwrap_or_default();
     details["reported_exceptions"] = serde_json::json!(reported);
     let (success, verdict) = grade(inst.bug_type, crash.as_ref(), &reported, claim);

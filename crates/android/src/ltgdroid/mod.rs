@@ -8,6 +8,22 @@
 //! Verifier confirms it (crash: the crash oracle; non-crash: an LLM check of the final
 //! screenshot). The run stops on a confirmed path, an exhausted budget, or no path left.
 //!
+//! A crash ends its path, and the path is a reproduction candidate whatever the evaluator says,
+//! as in LTGDroid's public code (`explore.py`: right after an action, a `FATAL EXCEPTION` in
+//! logcat ends the exploration with that path). Unlike that code, which accepts any crash, the
+//! crash oracle confirms it only when it is the reported one ([`Crash::is_reported`] against
+//! the exceptions the report names; `no-bv` takes it as it is); a crash on a non-crash report,
+//! or another crash, only ends its path. The crashed paths of a level are checked, in job order,
+//! once the level's candidates are assessed (they run at once on K replicas), before the
+//! evaluator is asked; a crash on the budget's last action still counts.
+//!
+//! Screens are not merged: every action leads to a new state, as the paper says (§II-A: "we
+//! treat each action as leading to a new UI state regardless of whether the underlying view
+//! hierarchy changes"), and as the public code does (`frame/scene.py` appends a random
+//! 4-digit suffix to each captured screen's structural hash, so its "scene already explored"
+//! branch practically never runs). Loops and paths that do the same are left to the Path
+//! Evaluator, whose prompt says to drop them, as the public code's does.
+//!
 //! Faster than the original: the candidates of every kept path at a level go into one queue
 //! served by K device replicas that restore snapshots from one shared store, so K actions (and
 //! their summaries) are pre-assessed at once. The order of results does not depend on K.
@@ -22,13 +38,14 @@ use super::agent::{
 };
 use super::device::{
     Action, Crash, Device, DeviceError, Direction, Hierarchy, Key, Widget, WidgetRef,
+    reported_exceptions,
 };
 use super::explore::{ActionRules, enumerate_with};
 use prompts::{PathStep, ScreenText};
 use reprobench_domain::android::{AndroidReport, BugType};
 use reprobench_gateway::llm::{Llm, LlmError};
 use serde_json::{Value, json};
-use std::collections::VecDeque;
+use std::collections::{BTreeSet, VecDeque};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -139,6 +156,16 @@ pub fn candidate_actions(h: &Hierarchy) -> Vec<Action> {
     enumerate_with(h, &LTGDROID_RULES)
 }
 
+/// Whether a path that ended in `crash` reproduces the report: on a crash report, when the
+/// crash is one the report names (`reported`; any crash when it names none), or as it is
+/// without bug verification (`no-bv`); on a non-crash report, never.
+fn crash_reproduces(cfg: &Config, crash: &Crash, reported: &BTreeSet<String>) -> bool {
+    match cfg.bug_type {
+        BugType::Crash => !cfg.variant.bug_verification || crash.is_reported(reported),
+        BugType::NonCrash => false,
+    }
+}
+
 /// A screen as captured after an action.
 #[derive(Debug, Clone)]
 struct Screen {
@@ -211,6 +238,8 @@ struct Explorer<'a, L> {
     cfg: Config,
     meter: &'a Meter,
     objective: String,
+    /// The exceptions the report names (the crash oracle's reference).
+    reported: BTreeSet<String>,
     snapshots: AtomicUsize,
     log: Mutex<Vec<Value>>,
 }
@@ -446,7 +475,11 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
             return Ok(true);
         }
         let ok = match self.cfg.bug_type {
-            BugType::Crash => node.screen.crash.is_some(),
+            BugType::Crash => node
+                .screen
+                .crash
+                .as_ref()
+                .is_some_and(|c| c.is_reported(&self.reported)),
             BugType::NonCrash => {
                 let mut llm = self.llm.clone();
                 let (sys, user) =
@@ -490,9 +523,37 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
         Ok(jobs)
     }
 
-    /// Evaluates one level's new paths: a verified complete path ends the run; otherwise the
-    /// kept paths and the jobs of the next level.
+    /// Decides on one level's new paths: a crashed path that reproduces the report, or a
+    /// verified path the evaluator calls complete, ends the run; otherwise the kept paths and
+    /// the jobs of the next level.
     async fn decide(&self, level: usize, children: Vec<PathNode>, run: &mut AndroidRun) -> Next {
+        // What a run offers when no path goes on: the first new path, crashed or not.
+        let first = children[0].actions.clone();
+        let (crashed, children): (Vec<PathNode>, Vec<PathNode>) =
+            children.into_iter().partition(|c| c.screen.crash.is_some());
+        for c in &crashed {
+            let Some(crash) = &c.screen.crash else {
+                continue;
+            };
+            let confirmed = crash_reproduces(&self.cfg, crash, &self.reported);
+            // Whether it is the reported crash (none is, on a non-crash report).
+            let reported = self.cfg.bug_type == BugType::Crash && crash.is_reported(&self.reported);
+            self.note(
+                json!({"stage": "crash", "level": level, "path_len": c.actions.len(),
+                "exception": crash.exception, "reported": reported, "confirmed": confirmed}),
+            );
+            if confirmed {
+                run.claimed = true;
+                run.trace = c.actions.clone();
+                run.crash = Some(crash.clone());
+                return Next::Reproduced;
+            }
+        }
+        // A crashed path can neither go on nor be the bug any more: the evaluator sees the rest.
+        if children.is_empty() {
+            run.trace = first;
+            return Next::Done;
+        }
         let m = self.cfg.second_branch_limit;
         let paths: Vec<Vec<PathStep>> = children.iter().map(|c| c.steps.clone()).collect();
         let (sys, user) = prompts::evaluate(&self.objective, &paths, m);
@@ -529,7 +590,7 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
             .filter(|c| c.snapshot.is_some())
             .collect();
         // The best path so far is what a run that stops now offers.
-        run.trace = next.first().unwrap_or(&children[0]).actions.clone();
+        run.trace = next.first().map_or(first, |n| n.actions.clone());
         if next.is_empty() {
             return Next::Done;
         }
@@ -583,6 +644,10 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
             let (stopped, (complete_level, next)) = tokio::join!(workers, evaluation);
             match next {
                 Next::Done => break stopped,
+                // The crash came within the budget (its action was metered): a budget that
+                // stopped the level's later jobs does not void it, as the public code checks for
+                // a crash right after each action, before its budgets.
+                Next::Reproduced => break stopped.filter(|s| matches!(s, Stop::Error(_))),
                 Next::Stop(s) => break Some(s),
                 Next::Level(_, _) if stopped.is_some() || !complete_level => break stopped,
                 Next::Level(f, j) => {
@@ -599,6 +664,8 @@ impl<L: Llm + Clone + Sync> Explorer<'_, L> {
 enum Next {
     /// The run ends (a verified path, or nothing left to explore).
     Done,
+    /// A crashed path reproduces the report: the run ends with it.
+    Reproduced,
     /// The run stops on a budget or an error.
     Stop(Stop),
     /// The kept paths and their candidates.
@@ -630,6 +697,7 @@ pub async fn run<L: Llm + Clone + Sync>(
             "ltgdroid needs at least one device".into(),
         )));
     };
+    let reported = reported_exceptions(report);
     let report = report_text(report);
     let mut analyzed = None;
     let objective = if cfg.variant.report_analyzer {
@@ -656,6 +724,7 @@ pub async fn run<L: Llm + Clone + Sync>(
         cfg,
         meter,
         objective,
+        reported,
         snapshots: AtomicUsize::new(0),
         log: Mutex::new(log),
     };

@@ -280,8 +280,10 @@ pub fn evaluate(objective: &str, paths: &[Vec<PathStep>], keep: usize) -> (Strin
             "You judge exploration paths of an Android app against a bug's reproduction \
              specification. For each path, decide whether it is worth exploring further, and \
              whether it has already made the bug show (every needed step done and the symptom \
-             observed). Keep at most {keep} paths, most promising first. Name a complete path \
-             only when its last step shows the described symptom.\n\
+             observed). A path that has fallen into a loop is not worth exploring further; of \
+             paths that behave the same or reach the same outcome, keep only the most promising \
+             one. Keep at most {keep} paths, most promising first. Name a complete path only \
+             when its last step shows the described symptom.\n\
              Answer with JSON only: {{\"complete\": <path index or null>, \"keep\": [path indices]}}"
         ),
     );
@@ -423,6 +425,15 @@ mod tests {
         assert_eq!(summary_of("it opened\n the list"), "it opened the list");
         let c = choice_of("{\"action\": \"Click\", \"widget\": 2}").unwrap();
         assert_eq!((c.action.as_str(), c.widget), ("click", Some(2)));
+    }
+
+    /// Screens are not merged (every action leads to a new state): as in the public code, the
+    /// evaluator is the one told to drop looping paths and paths that do the same.
+    #[test]
+    fn the_evaluator_drops_loops_and_duplicates() {
+        let (sys, _) = evaluate("spec", &[], 3);
+        assert!(sys.contains("A path that has fallen into a loop is not worth exploring"));
+        assert!(sys.contains("reach the same outcome, keep only the most promising one"));
     }
 
     #[test]
