@@ -765,3 +765,176 @@ fn grep_matches_lines_as_a_line_by_line_search_does() {
     assert!(found(r"1\nimport").is_empty());
     assert!(found(r"os\s+end").is_empty());
 }
+
+/// The walk is the files on disk: hidden files and directories (but `.git`), and files an
+/// ignore file names, are walked; the skipped directories, virtual environments and symlinks
+/// are not.
+#[test]
+fn the_walk_reads_no_ignore_file_and_skips_the_listed_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = project(dir.path());
+    let write = |path: &str, contents: &str| {
+        let full = root.join(path);
+        fs::create_dir_all(full.parent().unwrap()).unwrap();
+        fs::write(full, contents).unwrap();
+    };
+    write(".gitignore", "pkg/generated.py\n*.log\n");
+    write(".ignore", "README.md\n");
+    write(".github/workflows/ci.yml", "run: helper\n");
+    write("pkg/generated.py", "def helper(): pass\n");
+    write("build.log", "helper\n");
+    let repo = RepoView::new(&root);
+    assert_eq!(
+        repo.glob("**/*").unwrap(),
+        [
+            ".github/workflows/ci.yml",
+            ".gitignore",
+            ".ignore",
+            "README.md",
+            "build.log",
+            "data.bin",
+            "pkg/__init__.py",
+            "pkg/blob.py",
+            "pkg/broken.py",
+            "pkg/core.py",
+            "pkg/generated.py",
+            "pkg/latin.py",
+            "pkg/sub/__init__.py",
+            "pkg/sub/deep.py",
+            "pkg/util.py",
+        ]
+    );
+    let paths: Vec<String> = repo
+        .grep("helper", None, 100)
+        .unwrap()
+        .into_iter()
+        .map(|hit| hit.path)
+        .collect();
+    for path in [".github/workflows/ci.yml", "build.log", "pkg/generated.py"] {
+        assert!(paths.iter().any(|p| p == path), "{path} in {paths:?}");
+    }
+}
+
+/// What grep answered before it used grep-searcher: each file read whole (skipped when over
+/// 1 MiB or with a NUL byte in its first 8 KiB), decoded with invalid UTF-8 replaced, split
+/// with `lines()`, each line searched alone.
+fn line_by_line_grep(root: &Path, paths: &[String], pattern: &str) -> Vec<(String, usize, String)> {
+    let regex = regex::Regex::new(pattern).unwrap();
+    let mut hits = Vec::new();
+    for path in paths {
+        let bytes = fs::read(root.join(path)).unwrap();
+        if bytes.len() > 1 << 20 || bytes.iter().take(8192).any(|&b| b == 0) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        for (index, line) in text.lines().enumerate() {
+            if regex.is_match(line) {
+                hits.push((path.clone(), index + 1, line.trim_end().to_string()));
+            }
+        }
+    }
+    hits
+}
+
+/// grep finds the lines a line-by-line search finds, in files with CRLF and bare CR line ends,
+/// invalid UTF-8, a BOM, blank lines, no final newline or a NUL byte, with patterns using
+/// anchors, `\A`/`\z`, literal line ends and character classes; and stops at the same hit.
+#[test]
+fn grep_answers_as_the_line_by_line_search_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        ("unix.py", b"x = 1\nimport os\nend = 2\n\n".to_vec()),
+        ("dos.py", b"y = 1\r\nimport sys\r\nend = 3\r\n".to_vec()),
+        ("mac.txt", b"import a\rimport b\rend\r".to_vec()),
+        (
+            "mixed.txt",
+            b"tab\tsep\r\nbare\rcr here\nimport x \nlast line$".to_vec(),
+        ),
+        (
+            "latin.py",
+            b"caf\xe9 = 1\n# caf\xe9 helper\nimport ok\n".to_vec(),
+        ),
+        ("bom.py", "\u{feff}import os\nx = 1\n".as_bytes().to_vec()),
+        ("empty.py", Vec::new()),
+        ("blank.txt", b"\n\n\n".to_vec()),
+        (
+            "uni.py",
+            "naïve = 'ü'\nΣ = 1\nimport ünï\n".as_bytes().to_vec(),
+        ),
+        ("early_nul.txt", b"import early\n\x00\n".to_vec()),
+        (
+            "utf16.txt",
+            [0xff, 0xfe]
+                .into_iter()
+                .chain("import u16\n".encode_utf16().flat_map(u16::to_le_bytes))
+                .collect(),
+        ),
+        ("late_nul.txt", {
+            let mut late = "# padding line\n".repeat(600).into_bytes();
+            late.extend_from_slice(b"nul \x00 here\nimport late\n");
+            late
+        }),
+        ("sub/deeper.py", b"import os\nimport sys".to_vec()),
+    ];
+    for (path, bytes) in &files {
+        let full = root.join(path);
+        fs::create_dir_all(full.parent().unwrap()).unwrap();
+        fs::write(full, bytes).unwrap();
+    }
+    let repo = RepoView::new(&root);
+    let paths = repo.glob("**/*").unwrap();
+    assert_eq!(paths.len(), files.len());
+    let patterns = [
+        "^import",
+        r"import \w+$",
+        "sys$",
+        "^$",
+        "^",
+        "$",
+        "x*",
+        "caf.",
+        r"caf\W",
+        r"\Aimport",
+        r"end\z",
+        r"^end\z",
+        r"1\nimport",
+        r"nomatch\n|import",
+        r"\r",
+        r"bare\rcr",
+        r"cr\s",
+        r"\s$",
+        r"x \z",
+        "(?-m)^import",
+        "(?m)^end",
+        r"\bos\b",
+        "(?i)IMPORT",
+        ".",
+        "[^a-z]",
+        r"\p{Greek}",
+        "ü",
+        "line[$]",
+        r"\x00",
+        "import late",
+        "import early",
+        "u16",
+        r"\Bort",
+    ];
+    for pattern in patterns {
+        let expected = line_by_line_grep(&root, &paths, pattern);
+        let got: Vec<(String, usize, String)> = repo
+            .grep(pattern, None, 1000)
+            .unwrap()
+            .into_iter()
+            .map(|hit| (hit.path, hit.line, hit.text))
+            .collect();
+        assert_eq!(got, expected, "pattern {pattern:?}");
+        let first_three = repo.grep(pattern, None, 3).unwrap();
+        assert_eq!(
+            first_three.len(),
+            expected.len().min(3),
+            "pattern {pattern:?}"
+        );
+    }
+    assert!(!line_by_line_grep(&root, &paths, "import late").is_empty());
+}

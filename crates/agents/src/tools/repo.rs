@@ -1,9 +1,21 @@
 //! A read-only view of a repository checkout: regex search, glob listing and ranged reads,
 //! confined to the checkout's root.
+//!
+//! The walk is ripgrep's `ignore` walker with none of its ignore rules (the view is the files on
+//! disk, whatever a repository's or the host's ignore files say) and this module's own skipped
+//! directories. grep searches each file with ripgrep's `grep-searcher`, and keeps only the lines
+//! the pattern matches when that line's text alone is searched with `regex`, so that its answers
+//! are those of a line-by-line search.
 
 use super::ToolError;
-use regex::RegexBuilder;
+use grep_matcher::LineTerminator;
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{Searcher, SearcherBuilder, Sink, SinkMatch};
+use ignore::WalkBuilder;
+use regex::{Regex, RegexBuilder};
+use regex_syntax::hir::Look;
 use std::fs;
+use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 /// Files larger than this are skipped by the walkers and refused by reads.
@@ -14,6 +26,8 @@ pub const MAX_READ_LINES: usize = 400;
 pub const MAX_GLOB_RESULTS: usize = 1000;
 /// Longest line text a [`GrepHit`] carries, in characters.
 pub const MAX_HIT_CHARS: usize = 200;
+/// Largest compiled program a grep pattern may make, in bytes.
+const REGEX_SIZE_LIMIT: usize = 10 * 1024 * 1024;
 
 /// Directory names never descended into: version control, caches, dependency trees.
 const SKIPPED_DIRS: &[&str] = &[
@@ -81,63 +95,77 @@ impl RepoView {
         max_hits: usize,
     ) -> Result<(Vec<GrepHit>, Vec<String>), ToolError> {
         let regex = RegexBuilder::new(pattern)
-            .size_limit(10 * 1024 * 1024)
+            .size_limit(REGEX_SIZE_LIMIT)
             .build()
             .map_err(|error| ToolError::InvalidRegex {
                 pattern: pattern.to_string(),
                 message: first_line(&error.to_string()),
             })?;
-        // One scan of a whole file decides whether any of its lines can match: a match within a
-        // line is a match in the text, `^` and `$` holding at line ends (multi-line mode).
-        // Most files of a large repository hold no match and are never split into lines.
-        let whole_file = RegexBuilder::new(pattern)
-            .size_limit(10 * 1024 * 1024)
-            .multi_line(true)
-            .build()
-            .ok();
+        let matcher = line_matcher(pattern);
+        let mut searcher = SearcherBuilder::new()
+            .line_terminator(LineTerminator::crlf())
+            // A UTF-16 file holds NUL bytes and is skipped as binary, and a UTF-8 BOM stays in
+            // the first line, as when files were read as they are.
+            .bom_sniffing(false)
+            .build();
         let filter = path_glob
             .map(|glob| GlobPattern::parse(glob.trim_start_matches("./")))
             .transpose()?;
-        let max_hits = max_hits.max(1);
-        let mut hits = Vec::new();
+        let mut found = Hits {
+            regex: &regex,
+            path: String::new(),
+            hits: Vec::new(),
+            max_hits: max_hits.max(1),
+        };
         let mut too_large = Vec::new();
+        let mut bytes = Vec::new();
         for path in self.walk_files() {
             if let Some(filter) = &filter
                 && !path_filter_matches(filter, &path)
             {
                 continue;
             }
-            let Some(text) = self.load_text(&path) else {
-                if self.is_too_large(&path) {
+            match self.read_walked(&path, &mut bytes) {
+                Walked::Text => {}
+                Walked::TooLarge => {
                     too_large.push(path);
+                    continue;
                 }
-                continue;
-            };
-            // (`lines()` also drops a `\r` before each `\n`, which `$` would not pass: files with
-            // a `\r` are searched line by line only.)
-            if !text.contains('\r') && whole_file.as_ref().is_some_and(|w| !w.is_match(&text)) {
-                continue;
+                Walked::Skipped => continue,
             }
-            for (index, line) in text.lines().enumerate() {
-                if let Some(found) = regex.find(line) {
-                    hits.push(GrepHit {
-                        path: path.clone(),
-                        line: index + 1,
-                        text: shorten_around(line.trim_end(), found.start(), MAX_HIT_CHARS),
-                    });
-                    if hits.len() >= max_hits {
-                        return Ok((hits, too_large));
-                    }
+            found.path = path;
+            match &matcher {
+                Some(matcher) if lines_split_alike(&bytes) => {
+                    // `Hits` never fails, and a searcher error could only end this file early.
+                    let _ = searcher.search_slice(matcher, &bytes, &mut found);
                 }
+                _ => found.search_each_line(&bytes),
+            }
+            if found.is_full() {
+                break;
             }
         }
-        Ok((hits, too_large))
+        Ok((found.hits, too_large))
     }
 
-    /// Whether a walked file is a regular file over [`MAX_FILE_BYTES`].
-    fn is_too_large(&self, path: &str) -> bool {
-        fs::symlink_metadata(self.root.join(path))
-            .is_ok_and(|m| m.is_file() && m.len() > MAX_FILE_BYTES)
+    /// Reads the walked file at `path` into `bytes` when it is a text file grep searches.
+    fn read_walked(&self, path: &str, bytes: &mut Vec<u8>) -> Walked {
+        let full = self.root.join(path);
+        let Ok(metadata) = fs::symlink_metadata(&full) else {
+            return Walked::Skipped;
+        };
+        if !metadata.is_file() {
+            return Walked::Skipped;
+        }
+        if metadata.len() > MAX_FILE_BYTES {
+            return Walked::TooLarge;
+        }
+        bytes.clear();
+        let read = fs::File::open(&full).and_then(|mut file| file.read_to_end(bytes));
+        if read.is_err() || looks_binary(bytes) {
+            return Walked::Skipped;
+        }
+        Walked::Text
     }
 
     /// Files (not directories) whose relative path matches `pattern`, sorted, at most
@@ -234,51 +262,136 @@ impl RepoView {
         Ok(full)
     }
 
-    /// The text of a walked file, or `None` when it is too large, binary or unreadable.
-    fn load_text(&self, path: &str) -> Option<String> {
-        let full = self.root.join(path);
-        let metadata = fs::symlink_metadata(&full).ok()?;
-        if !metadata.is_file() || metadata.len() > MAX_FILE_BYTES {
-            return None;
-        }
-        let bytes = fs::read(&full).ok()?;
-        if looks_binary(&bytes) {
-            return None;
-        }
-        Some(String::from_utf8_lossy(&bytes).into_owned())
-    }
-
     /// Relative paths of the regular files under the root, sorted; symlinks are not followed
-    /// and skipped directories are not entered.
+    /// and skipped directories are not entered. No ignore file is read: hidden files and
+    /// git-ignored ones are walked like any other.
     pub(crate) fn walk_files(&self) -> Vec<String> {
-        let mut files = Vec::new();
-        let mut pending = vec![(self.root.clone(), String::new())];
-        while let Some((dir, prefix)) = pending.pop() {
-            let Ok(entries) = fs::read_dir(&dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let Ok(file_type) = entry.file_type() else {
-                    continue;
-                };
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let relative = if prefix.is_empty() {
-                    name.clone()
-                } else {
-                    format!("{prefix}/{name}")
-                };
-                if file_type.is_dir() {
-                    let path = entry.path();
-                    if !SKIPPED_DIRS.contains(&name.as_str()) && !path.join("pyvenv.cfg").exists() {
-                        pending.push((path, relative));
-                    }
-                } else if file_type.is_file() {
-                    files.push(relative);
-                }
-            }
-        }
+        let mut files: Vec<String> = WalkBuilder::new(&self.root)
+            .standard_filters(false)
+            .follow_links(false)
+            .filter_entry(|entry| !is_skipped_dir(entry))
+            .build()
+            .filter_map(Result::ok)
+            .filter(|entry| entry.file_type().is_some_and(|kind| kind.is_file()))
+            .filter_map(|entry| {
+                let relative = entry.path().strip_prefix(&self.root).ok()?;
+                Some(relative.to_string_lossy().into_owned())
+            })
+            .collect();
+        // One order for the whole list (the walker's own sorting orders each directory's
+        // entries by name, which puts `a/b` before `a.py`).
         files.sort();
         files
+    }
+}
+
+/// What [`RepoView::read_walked`] found.
+enum Walked {
+    /// A text file, now in the buffer.
+    Text,
+    /// A regular file over [`MAX_FILE_BYTES`], not read.
+    TooLarge,
+    /// Binary, unreadable or no longer a regular file.
+    Skipped,
+}
+
+/// Whether a walked directory is one never descended into: a [`SKIPPED_DIRS`] name or a
+/// virtual environment (it holds a `pyvenv.cfg`).
+fn is_skipped_dir(entry: &ignore::DirEntry) -> bool {
+    entry.file_type().is_some_and(|kind| kind.is_dir())
+        && (entry
+            .file_name()
+            .to_str()
+            .is_some_and(|name| SKIPPED_DIRS.contains(&name))
+            || entry.path().join("pyvenv.cfg").exists())
+}
+
+/// The grep-searcher matcher for `pattern`, or `None` when `pattern` must be searched line by
+/// line instead: ripgrep refuses a literal `\n` or `\r` in a pattern (each line's search has
+/// none, so only another branch of the pattern can match there), and `\A` and `\z` (or
+/// `(?-m)^` and `(?-m)$`) mean the line's start and end only when a line is searched alone.
+fn line_matcher(pattern: &str) -> Option<RegexMatcher> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .multi_line(true)
+        .crlf(true)
+        .build()
+        .parse(pattern)
+        .ok()?;
+    let looks = hir.properties().look_set();
+    if looks.contains(Look::Start) || looks.contains(Look::End) {
+        return None;
+    }
+    RegexMatcherBuilder::new()
+        .multi_line(true)
+        .crlf(true)
+        // The lazy DFA's cache, per search (grep-regex's default allows about 1 GB).
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build(pattern)
+        .ok()
+}
+
+/// Whether grep-searcher's lines of `bytes` are the lines a line-by-line search of the file's
+/// text has: the text is UTF-8 as it is (no byte stands in for U+FFFD), and every `\r` ends a
+/// line with the `\n` after it.
+fn lines_split_alike(bytes: &[u8]) -> bool {
+    std::str::from_utf8(bytes).is_ok()
+        && memchr::memchr_iter(b'\r', bytes).all(|at| bytes.get(at + 1) == Some(&b'\n'))
+}
+
+/// The hits of one grep call so far, and the file being searched.
+struct Hits<'r> {
+    regex: &'r Regex,
+    path: String,
+    hits: Vec<GrepHit>,
+    max_hits: usize,
+}
+
+impl Hits<'_> {
+    fn is_full(&self) -> bool {
+        self.hits.len() >= self.max_hits
+    }
+
+    /// Records line `number` (its text without the line end) when `regex` matches it; whether
+    /// more hits are wanted.
+    fn offer(&mut self, number: usize, line: &str) -> bool {
+        if let Some(found) = self.regex.find(line) {
+            self.hits.push(GrepHit {
+                path: self.path.clone(),
+                line: number,
+                text: shorten_around(line.trim_end(), found.start(), MAX_HIT_CHARS),
+            });
+        }
+        !self.is_full()
+    }
+
+    /// Offers each line of the file's text (invalid UTF-8 replaced; `lines()` drops the `\r` of
+    /// each `\r\n`).
+    fn search_each_line(&mut self, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        for (index, line) in text.lines().enumerate() {
+            if !self.offer(index + 1, line) {
+                return;
+            }
+        }
+    }
+}
+
+impl Sink for Hits<'_> {
+    type Error = std::io::Error;
+
+    /// Offers the line the searcher found (a candidate: the searcher saw the whole file).
+    fn matched(&mut self, _: &Searcher, found: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
+        let first = found.line_number().unwrap_or(1) as usize;
+        for (offset, line) in found.lines().enumerate() {
+            let line = match line.strip_suffix(b"\n") {
+                Some(line) => line.strip_suffix(b"\r").unwrap_or(line),
+                None => line,
+            };
+            if !self.offer(first + offset, &String::from_utf8_lossy(line)) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 
@@ -391,7 +504,7 @@ fn number_lines(
 
 /// Whether `bytes` look like a binary file (a NUL byte in the first 8 KiB).
 fn looks_binary(bytes: &[u8]) -> bool {
-    bytes.iter().take(8192).any(|&byte| byte == 0)
+    memchr::memchr(0, &bytes[..bytes.len().min(8192)]).is_some()
 }
 
 fn io_error(path: &str, error: &std::io::Error) -> ToolError {
