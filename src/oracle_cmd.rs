@@ -6,7 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use reprobench_agents::oracle::{ORACLE_NOTE, OracleCase, SwtOracle};
 use reprobench_domain::swt::{SwtInstance, load_rows, mirror_name};
-use reprobench_gateway::scripted::{ScriptedReply, ScriptedUpstream, UpstreamIdentity};
+use reprobench_gateway::scripted::{Keep, ScriptedReply, ScriptedUpstream, UpstreamIdentity};
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -128,7 +128,7 @@ pub async fn oracle(a: OracleArgs) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(a.listen)
         .await
         .with_context(|| format!("cannot listen on {}", a.listen))?;
-    let served = ScriptedUpstream::serve(listener, ORACLE, move |request| {
+    let served = ScriptedUpstream::serve(listener, ORACLE, Keep::Count, move |request| {
         respond(&swt, &android, &request.body)
     });
     println!("{}", served.base_url());
@@ -142,6 +142,6 @@ pub async fn oracle(a: OracleArgs) -> Result<()> {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
     }
-    eprintln!("oracle: stopped after {} requests", served.requests().len());
+    eprintln!("oracle: stopped after {} requests", served.request_count());
     Ok(())
 }

@@ -101,30 +101,11 @@ fn golden_test_file(
 
 /// The 1-based line numbers, in the file after `patch`, of the lines it adds to `path`.
 fn added_line_numbers(patch: &str, path: &str) -> BTreeSet<usize> {
-    let mut added = BTreeSet::new();
-    let mut inside = false;
-    let mut line = 0;
-    for text in patch.lines() {
-        if text.starts_with("diff --git ") {
-            inside = text.ends_with(&format!(" b/{path}"));
-            line = 0;
-        } else if !inside {
-        } else if let Some(header) = text.strip_prefix("@@ -") {
-            line = header
-                .split_once(" +")
-                .and_then(|(_, new)| new.split([',', ' ']).next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0);
-        } else if line == 0 {
-            // `---`/`+++` headers, before the first hunk.
-        } else if text.starts_with('+') {
-            added.insert(line);
-            line += 1;
-        } else if !text.starts_with('-') && !text.starts_with('\\') {
-            line += 1;
-        }
-    }
-    added
+    patch::hunks_of(patch, path)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|h| h.added_line_numbers().collect::<Vec<_>>())
+        .collect()
 }
 
 /// The golden test file as a new file of the golden tests: everything that is no test
@@ -258,18 +239,13 @@ fn custom_diff_answer(
     Ok(custom_diff::render(&blocks))
 }
 
-/// Lines `patch` adds to `path` (counted over its section).
+/// Lines `patch` adds to `path`.
 fn added_lines(patch: &str, path: &str) -> usize {
-    let mut count = 0;
-    let mut inside = false;
-    for line in patch.lines() {
-        if line.starts_with("diff --git ") {
-            inside = line.ends_with(&format!(" b/{path}"));
-        } else if inside && line.starts_with('+') && !line.starts_with("+++ ") {
-            count += 1;
-        }
-    }
-    count
+    patch::hunks_of(patch, path)
+        .unwrap_or_default()
+        .iter()
+        .map(|h| h.lines.iter().filter(|(k, _)| *k == '+').count())
+        .sum()
 }
 
 /// Which protocol a request belongs to.
@@ -364,18 +340,15 @@ fn fenced(info: &str, code: &str) -> String {
 
 /// The golden code patch's changed ranges: (path, first old line, last old line).
 fn changed_ranges(code_patch: &str) -> Vec<(String, usize, usize)> {
+    let files = patch::file_hunks(code_patch).unwrap_or_default();
     let mut out = Vec::new();
-    let mut path = String::new();
-    for line in code_patch.lines() {
-        if let Some(rest) = line.strip_prefix("--- ") {
-            path = rest.trim().trim_start_matches("a/").to_string();
-        } else if let Some(header) = line.strip_prefix("@@ -") {
-            let old = header.split(' ').next().unwrap_or_default();
-            let (start, len) = match old.split_once(',') {
-                Some((a, b)) => (a.parse().unwrap_or(1), b.parse().unwrap_or(1)),
-                None => (old.parse().unwrap_or(1), 1),
-            };
-            out.push((path.clone(), start, start + len.max(1) - 1));
+    for file in &files {
+        let Some(path) = file.old.as_ref().or(file.new.as_ref()) else {
+            continue;
+        };
+        for hunk in &file.hunks {
+            let last = hunk.old_start + hunk.old_len().max(1) - 1;
+            out.push((path.clone(), hunk.old_start, last));
         }
     }
     out

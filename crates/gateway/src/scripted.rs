@@ -203,10 +203,21 @@ pub const SCRIPTED: UpstreamIdentity = UpstreamIdentity {
 struct ScriptedState {
     identity: UpstreamIdentity,
     responder: Box<Responder>,
-    requests: Mutex<Vec<ScriptedRequest>>,
+    /// Every request received, kept for tests to read; `None` for a long-lived server that
+    /// only counts them.
+    requests: Option<Mutex<Vec<ScriptedRequest>>>,
     next_index: AtomicU64,
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
+}
+
+/// What a scripted upstream keeps of the requests it answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keep {
+    /// Every request, for tests to read back.
+    Requests,
+    /// Only their number (a long-lived server).
+    Count,
 }
 
 /// A running scripted upstream on 127.0.0.1; stops when dropped.
@@ -230,19 +241,21 @@ impl ScriptedUpstream {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("binding a loopback port for the scripted upstream");
-        ScriptedUpstream::serve(listener, SCRIPTED, responder)
+        ScriptedUpstream::serve(listener, SCRIPTED, Keep::Requests, responder)
     }
 
-    /// Serves on `listener`, every answer naming itself as `identity`.
+    /// Serves on `listener`, every answer naming itself as `identity`, keeping the requests it
+    /// receives or only counting them (`keep`).
     pub fn serve(
         listener: tokio::net::TcpListener,
         identity: UpstreamIdentity,
+        keep: Keep,
         responder: impl Fn(&ScriptedRequest) -> ScriptedReply + Send + Sync + 'static,
     ) -> ScriptedUpstream {
         let state = Arc::new(ScriptedState {
             identity,
             responder: Box::new(responder),
-            requests: Mutex::new(Vec::new()),
+            requests: (keep == Keep::Requests).then(|| Mutex::new(Vec::new())),
             next_index: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             max_in_flight: AtomicU64::new(0),
@@ -296,9 +309,18 @@ impl ScriptedUpstream {
         format!("http://{}/v1", self.addr)
     }
 
-    /// The requests received so far, in arrival order.
+    /// The requests received so far, in arrival order (none when it only counts them).
     pub fn requests(&self) -> Vec<ScriptedRequest> {
-        lock(&self.state.requests).clone()
+        self.state
+            .requests
+            .as_ref()
+            .map(|r| lock(r).clone())
+            .unwrap_or_default()
+    }
+
+    /// How many requests it has received.
+    pub fn request_count(&self) -> u64 {
+        self.state.next_index.load(Ordering::SeqCst)
     }
 
     /// The most requests being answered at once so far.
@@ -332,7 +354,9 @@ async fn answer(
             .map(str::to_string),
         index: state.next_index.fetch_add(1, Ordering::SeqCst),
     };
-    lock(&state.requests).push(request.clone());
+    if let Some(requests) = &state.requests {
+        lock(requests).push(request.clone());
+    }
     let mut reply = (state.responder)(&request);
     while let ScriptedReply::Slow { delay, then } = reply {
         tokio::time::sleep(delay).await;

@@ -1203,3 +1203,26 @@ async fn both_sockets_of_a_relayed_stream_send_small_writes_at_once() {
     );
     drop(agent);
 }
+
+#[tokio::test]
+async fn a_counting_upstream_answers_and_counts_without_keeping_requests() {
+    use reprobench_gateway::scripted::{Keep, SCRIPTED};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = ScriptedUpstream::serve(listener, SCRIPTED, Keep::Count, |_| {
+        ScriptedReply::text("counted")
+    });
+    for _ in 0..3 {
+        let answer: Value = client()
+            .post(format!("{}/chat/completions", upstream.base_url()))
+            .json(&ask("hello"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["choices"][0]["message"]["content"], "counted");
+    }
+    assert_eq!(upstream.request_count(), 3);
+    assert!(upstream.requests().is_empty());
+}

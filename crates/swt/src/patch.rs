@@ -275,22 +275,83 @@ pub fn new_file_diff(path: &str, contents: &str) -> String {
     patch
 }
 
-/// One hunk of a unified diff: where it starts in the old file and its lines (`' '`, `'-'`,
-/// `'+'`, or `'\\'` for git's "no newline at end of file" marker).
-type Hunk<'a> = (usize, Vec<(char, &'a str)>);
+/// One hunk of a unified diff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hunk<'a> {
+    /// The 1-based line its old side starts at (its header's).
+    pub old_start: usize,
+    /// The 1-based line its new side starts at (its header's).
+    pub new_start: usize,
+    /// Its lines, each with its kind: `' '`, `'-'`, `'+'`, or `'\\'` for git's "no newline at
+    /// end of file" marker.
+    pub lines: Vec<(char, &'a str)>,
+}
 
-/// The hunks `patch` has for `path` (its new name), read by their headers' line counts.
-fn hunks_of<'a>(patch: &'a str, path: &str) -> Result<Vec<Hunk<'a>>, String> {
-    let mut hunks = Vec::new();
+impl Hunk<'_> {
+    /// How many lines of the old file it covers.
+    pub fn old_len(&self) -> usize {
+        self.lines
+            .iter()
+            .filter(|(k, _)| matches!(k, ' ' | '-'))
+            .count()
+    }
+
+    /// The 1-based line numbers, in the new file, of the lines it adds.
+    pub fn added_line_numbers(&self) -> impl Iterator<Item = usize> + '_ {
+        self.lines
+            .iter()
+            .filter(|(k, _)| matches!(k, ' ' | '+'))
+            .enumerate()
+            .filter(|(_, (k, _))| *k == '+')
+            .map(|(i, _)| self.new_start + i)
+    }
+}
+
+/// One file's section of a unified diff: its paths and its hunks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileHunks<'a> {
+    /// Path before (None for a new file).
+    pub old: Option<String>,
+    /// Path after (None for a deletion).
+    pub new: Option<String>,
+    /// Its hunks, in order.
+    pub hunks: Vec<Hunk<'a>>,
+}
+
+/// Every file section of `patch` with its hunks, each hunk read by its header's line counts (so
+/// a hunk line that looks like a header, `+++ x` or `--- x`, stays in the hunk). `Err` names a
+/// hunk header that cannot be read.
+pub fn file_hunks(patch: &str) -> Result<Vec<FileHunks<'_>>, String> {
+    let mut files: Vec<FileHunks> = Vec::new();
     let mut lines = patch.lines().peekable();
-    let mut in_file = false;
+    // A `--- ` line opens a section unless a `diff --git` header just did.
+    let mut opened_by_git = false;
     while let Some(line) = lines.next() {
         if line.starts_with("diff --git ") {
-            in_file = false;
+            files.push(FileHunks {
+                old: None,
+                new: None,
+                hunks: Vec::new(),
+            });
+            opened_by_git = true;
+        } else if let Some(rest) = line.strip_prefix("--- ") {
+            if !opened_by_git {
+                files.push(FileHunks {
+                    old: None,
+                    new: None,
+                    hunks: Vec::new(),
+                });
+            }
+            opened_by_git = false;
+            if let Some(file) = files.last_mut() {
+                file.old = strip_prefix(rest);
+            }
         } else if let Some(rest) = line.strip_prefix("+++ ") {
-            in_file = strip_prefix(rest).as_deref() == Some(path);
+            if let Some(file) = files.last_mut() {
+                file.new = strip_prefix(rest);
+            }
         } else if let Some(header) = line.strip_prefix("@@ -") {
-            let bad = || format!("a hunk header of {path} cannot be read: {line}");
+            let bad = || format!("a hunk header cannot be read: {line}");
             let (old, new) = header.split_once(" +").ok_or_else(bad)?;
             let new = new.split(' ').next().ok_or_else(bad)?;
             let range = |r: &str| -> Option<(usize, usize)> {
@@ -299,7 +360,7 @@ fn hunks_of<'a>(patch: &'a str, path: &str) -> Result<Vec<Hunk<'a>>, String> {
                     None => Some((r.parse().ok()?, 1)),
                 }
             };
-            let ((start, mut old_left), (_, mut new_left)) =
+            let ((old_start, mut old_left), (new_start, mut new_left)) =
                 (range(old).ok_or_else(bad)?, range(new).ok_or_else(bad)?);
             let mut body = Vec::new();
             while old_left + new_left > 0 || lines.peek().is_some_and(|l| l.starts_with('\\')) {
@@ -319,12 +380,25 @@ fn hunks_of<'a>(patch: &'a str, path: &str) -> Result<Vec<Hunk<'a>>, String> {
                 let text = if marked { &l[1..] } else { l };
                 body.push((if marked { kind } else { ' ' }, text));
             }
-            if in_file {
-                hunks.push((start, body));
+            if let Some(file) = files.last_mut() {
+                file.hunks.push(Hunk {
+                    old_start,
+                    new_start,
+                    lines: body,
+                });
             }
         }
     }
-    Ok(hunks)
+    Ok(files)
+}
+
+/// The hunks `patch` has for `path` (its new name).
+pub fn hunks_of<'a>(patch: &'a str, path: &str) -> Result<Vec<Hunk<'a>>, String> {
+    Ok(file_hunks(patch)?
+        .into_iter()
+        .filter(|f| f.new.as_deref() == Some(path))
+        .flat_map(|f| f.hunks)
+        .collect())
 }
 
 /// The text of `path` after `patch`'s hunks for it are applied to `original` (the file before;
@@ -338,7 +412,8 @@ pub fn apply_to_text(original: &str, patch: &str, path: &str) -> Result<String, 
     let mut lines: Vec<&str> = original.lines().collect();
     let mut ends_with_newline = original.is_empty() || original.ends_with('\n');
     let mut shift: isize = 0;
-    for (number, (start, body)) in hunks.iter().enumerate() {
+    for (number, hunk) in hunks.iter().enumerate() {
+        let (start, body) = (hunk.old_start, &hunk.lines);
         let side = |keep: char| -> Vec<&str> {
             body.iter()
                 .filter(|(k, _)| *k == ' ' || *k == keep)
@@ -447,6 +522,35 @@ mod tests {
         let gains_newline =
             "--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x\n\\ No newline at end of file\n+x\n";
         assert_eq!(apply_to_text("x", gains_newline, "t.py").unwrap(), "x\n");
+    }
+
+    #[test]
+    fn file_sections_give_each_hunk_its_starts_and_added_line_numbers() {
+        let patch = "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n\
+                     @@ -3,3 +3,4 @@\n x\n-y\n+Y\n+++ z\n w\n\
+                     @@ -20 +21,2 @@\n k\n+m\n\
+                     --- b.py\n+++ b.py\n@@ -0,0 +1 @@\n+n\n";
+        let files = super::file_hunks(patch).unwrap();
+        let paths: Vec<_> = files
+            .iter()
+            .map(|f| (f.old.clone(), f.new.clone()))
+            .collect();
+        let named = |p: &str| Some(p.to_string());
+        assert_eq!(
+            paths,
+            vec![
+                (named("a.py"), named("a.py")),
+                (named("b.py"), named("b.py"))
+            ]
+        );
+        let a = &files[0].hunks;
+        assert_eq!((a[0].old_start, a[0].new_start, a[0].old_len()), (3, 3, 3));
+        // The `+++ z` line is the hunk's, counted by its header, not a file header.
+        assert_eq!(a[0].added_line_numbers().collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(a[1].added_line_numbers().collect::<Vec<_>>(), vec![22]);
+        assert_eq!(super::hunks_of(patch, "b.py").unwrap().len(), 1);
+        assert!(super::hunks_of(patch, "c.py").unwrap().is_empty());
+        assert!(super::file_hunks("--- a\n+++ b\n@@ -x +1 @@\n").is_err());
     }
 
     use super::*;
