@@ -3,6 +3,7 @@
 
 use super::tools::ToolBox;
 use super::{TestRun, Workspace};
+use reprobench_domain::sync::lock;
 use reprobench_sandbox::stage::SUPPORT_ENV;
 use reprobench_sandbox::{ExecRequest, InputFile, Limits, Prepared, Sandbox, SandboxError};
 use reprobench_swt::{patch, script};
@@ -48,6 +49,8 @@ pub struct SandboxWorkspace {
     limits: Limits,
     test_runs: AtomicU32,
     commands: AtomicU32,
+    /// The task's `python` cells so far (its session, replayed before each new cell).
+    python_cells: std::sync::Mutex<Vec<String>>,
     /// The repository's test files and their BM25 index, built on first use (LIBRO's placement).
     test_files: Arc<std::sync::OnceLock<Arc<TestFileIndex>>>,
 }
@@ -78,6 +81,7 @@ impl SandboxWorkspace {
             limits,
             test_runs: AtomicU32::new(0),
             commands: AtomicU32::new(0),
+            python_cells: std::sync::Mutex::default(),
             test_files: Arc::default(),
         }
     }
@@ -111,11 +115,50 @@ impl SandboxWorkspace {
 
     /// Runs `command` in a fresh copy of the repository, with `support` files outside it.
     async fn run_command(&self, support: Vec<InputFile>, command: Vec<String>) -> String {
+        self.run_command_timed(support, command).await.0
+    }
+
+    /// Runs `code` as the next cell of the task's Python session: the earlier cells run again
+    /// first, their output discarded (so their state carries over), then `code`, whose last
+    /// expression's value is printed. A cell killed at the time limit is not kept.
+    async fn run_python_cell(&self, code: String) -> String {
+        let mut cells = lock(&self.python_cells).clone();
+        cells.push(code);
+        let support = vec![
+            InputFile {
+                path: "session.py".into(),
+                contents: PYTHON_SESSION.as_bytes().to_vec(),
+                mode: 0o644,
+            },
+            InputFile {
+                path: "cells.json".into(),
+                contents: serde_json::to_vec(&cells).expect("strings serialize"),
+                mode: 0o644,
+            },
+        ];
+        let run = format!("exec python \"${}/session.py\"", SUPPORT_ENV);
+        let (text, timed_out) = self
+            .run_command_timed(support, vec!["sh".into(), "-c".into(), run])
+            .await;
+        if !timed_out {
+            let code = cells.pop().expect("the new cell");
+            lock(&self.python_cells).push(code);
+        }
+        text
+    }
+
+    /// [`Self::run_command`], also saying whether the time limit killed it.
+    async fn run_command_timed(
+        &self,
+        support: Vec<InputFile>,
+        command: Vec<String>,
+    ) -> (String, bool) {
         self.commands.fetch_add(1, Ordering::Relaxed);
         let limits = Limits {
             timeout: self.limits.timeout.min(Duration::from_secs(120)),
             ..self.limits.clone()
         };
+        let seconds = limits.timeout.as_secs();
         match self
             .sandbox
             .exec(
@@ -131,16 +174,22 @@ impl SandboxWorkspace {
         {
             Ok(out) => {
                 let status = match (out.exit_code, out.timed_out) {
-                    (_, true) => "killed at the 120 s limit".to_string(),
+                    (_, true) => format!("killed at the {seconds} s limit"),
                     (Some(c), _) => format!("exit code {c}"),
                     (None, _) => "no exit code".to_string(),
                 };
-                cap(&format!("[{status}]\n{}", out.output))
+                (cap(&format!("[{status}]\n{}", out.output)), out.timed_out)
             }
-            Err(e) => format!("error: the sandbox could not run the command: {e}"),
+            Err(e) => (
+                format!("error: the sandbox could not run the command: {e}"),
+                false,
+            ),
         }
     }
 }
+
+/// The `python` tool's session driver (runs inside the sandbox, Python 3.6 to 3.13).
+const PYTHON_SESSION: &str = include_str!("python_session.py");
 
 /// Cuts long output to its head and tail (a test run's verdict is at its end).
 pub fn cap(text: &str) -> String {
@@ -211,7 +260,7 @@ pub fn sandbox_tool_specs() -> Vec<Value> {
                 "required": ["command"]}}}),
         json!({"type": "function", "function": {
             "name": "python",
-            "description": "Run a Python snippet in a fresh copy of the repository at the base commit, with the project's environment installed (no network, 120 s limit).",
+            "description": "Run Python code in this task's interactive session, in the repository at the base commit with the project's environment installed (no network, 120 s limit per call). Names, imports and objects from your earlier python calls are kept: each call silently re-runs your earlier calls first (their output is not shown; keep them quick), then runs this one and prints the value of its last expression, as an interactive interpreter does. Files written to the repository are not kept between calls.",
             "parameters": {"type": "object", "properties": {
                 "code": {"type": "string", "description": "Python source to run"}},
                 "required": ["code"]}}}),
@@ -244,16 +293,7 @@ impl Workspace for SandboxWorkspace {
                 Err(error) => error.to_string(),
             },
             "python" => match string_arg(arguments, "code") {
-                Ok(code) => {
-                    let file = InputFile {
-                        path: "snippet.py".into(),
-                        contents: code.into_bytes(),
-                        mode: 0o644,
-                    };
-                    let run = format!("exec python \"${}/snippet.py\"", SUPPORT_ENV);
-                    self.run_command(vec![file], vec!["sh".into(), "-c".into(), run])
-                        .await
-                }
+                Ok(code) => self.run_python_cell(code).await,
                 Err(error) => error.to_string(),
             },
             // Repository walks, greps and the tree-sitter code graph are blocking work: they
@@ -376,6 +416,81 @@ mod tests {
             "error: missing string argument `command`"
         );
         assert_eq!(string_arg(r#"{"command": "ls"}"#, "command").unwrap(), "ls");
+    }
+
+    #[tokio::test]
+    async fn python_calls_of_a_task_share_one_session_and_only_the_last_one_speaks() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join("pkg")).unwrap();
+        std::fs::write(repo.join("pkg/__init__.py"), "VALUE = 41\n").unwrap();
+        // The sandbox seals a checkout's tree against its commit: the repository is a git one.
+        for args in [
+            &["init", "-q"][..],
+            &["add", "-A"],
+            &["commit", "-q", "-m", "base"],
+        ] {
+            let ok = std::process::Command::new("git")
+                .args(args)
+                .current_dir(&repo)
+                .envs([("GIT_AUTHOR_NAME", "t"), ("GIT_AUTHOR_EMAIL", "t@t")])
+                .envs([("GIT_COMMITTER_NAME", "t"), ("GIT_COMMITTER_EMAIL", "t@t")])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "git {args:?}");
+        }
+        let venv = dir.path().join("venv");
+        // The system interpreter: a sandbox user can read it (pyenv's under /root it cannot).
+        let made = std::process::Command::new("/usr/bin/python3")
+            .args(["-m", "venv", "--without-pip"])
+            .arg(&venv)
+            .status()
+            .unwrap();
+        assert!(made.success(), "python3 -m venv failed");
+        let sandbox = ProcessSandbox::new(dir.path().join("cache"));
+        // Where bubblewrap is missing the session is checked unisolated (isolation is the
+        // sandbox's own tests' subject).
+        let sandbox = match sandbox.isolation_problem() {
+            Some(_) => sandbox.allow_unisolated(true),
+            None => sandbox,
+        };
+        let prepared = Prepared::Checkout {
+            template: repo.clone(),
+            venv,
+        };
+        let limits = Limits {
+            timeout: Duration::from_secs(10),
+            ..Limits::default()
+        };
+        let ws = SandboxWorkspace::new(
+            &repo,
+            Arc::new(sandbox),
+            prepared,
+            "pytest",
+            "pytest",
+            limits,
+        );
+        let call = |code: &str| {
+            let arguments = json!({ "code": code }).to_string();
+            let ws = &ws;
+            async move { ws.call_tool("python", &arguments).await }
+        };
+        let first = call("import pkg\nx = pkg.VALUE\nprint('said once')").await;
+        assert!(first.contains("said once"), "{first}");
+        let failed = call("x += 1\nraise ValueError('after the change')").await;
+        assert!(failed.contains("ValueError: after the change"), "{failed}");
+        // Earlier calls ran again (x is 42, the failed call's change kept), silently.
+        let second = call("def double(v):\n    return 2 * v\nx").await;
+        assert!(second.contains("42"), "{second}");
+        assert!(!second.contains("said once"), "{second}");
+        let third = call("double(x)").await;
+        assert!(third.contains("84"), "{third}");
+        // A call killed at the time limit is not replayed by the next ones.
+        let killed = call("import time\ny = 1\ntime.sleep(60)").await;
+        assert!(killed.contains("killed at the"), "{killed}");
+        let after = call("print('y' in globals(), x)").await;
+        assert!(after.contains("False 42"), "{after}");
     }
 
     #[tokio::test(flavor = "current_thread")]
