@@ -92,6 +92,32 @@ fn needed_slots(
         .collect()
 }
 
+/// What `--node-slots` leaves out of the executor kinds a sweep's tasks need (its tasks would
+/// wait for a slot no local node offers), as an error that names the fix; `None` when nothing is
+/// left out or no slots were given (then the needed ones are offered).
+fn slots_left_out(needed: &[SlotSpec], given: &[SlotSpec]) -> Option<String> {
+    if given.is_empty() {
+        return None;
+    }
+    let missing: Vec<&str> = needed
+        .iter()
+        .map(|s| s.kind.as_str())
+        .filter(|kind| !given.iter().any(|g| g.kind == *kind && g.slots > 0))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    let add: Vec<String> = missing
+        .iter()
+        .map(|k| format!("--node-slots {k}=2"))
+        .collect();
+    Some(format!(
+        "the sweep's tasks need slots of kind {} and --node-slots offers none of them, so they would wait forever: add {} (or leave --node-slots out to get what the sweep needs); for SWT datasets the kind is the sweep's `[eval] executor` (docker unless it says otherwise)",
+        missing.join(", "),
+        add.join(" ")
+    ))
+}
+
 /// `reprobench run`.
 pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let sweep = std::fs::read_to_string(&a.sweep)
@@ -145,14 +171,24 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
                 replay.display()
             );
         }
+        let needed = needed_slots(
+            &spec,
+            |d| crate::datasets::android_sim_dir(d, &a.datasets_dir(), sweep_dir).is_some(),
+            |d| crate::datasets::android_manifest_dir(d, &a.datasets_dir(), sweep_dir).is_some(),
+        );
+        if let Some(problem) = slots_left_out(&needed, &a.node_slots) {
+            bail!("{problem}");
+        }
+        if needed.iter().any(|s| s.kind == "docker")
+            && let Some(why) = crate::eval::docker_unready(&a.node).await
+        {
+            bail!(
+                "the sweep's SWT datasets run on the docker executor (`[eval] executor`, docker unless the sweep says otherwise), and the local nodes cannot run it: {why}; or run it on the process executor: `[eval] executor = \"process\"` in {}",
+                a.sweep.display()
+            );
+        }
         let slots = if a.node_slots.is_empty() {
-            needed_slots(
-                &spec,
-                |d| crate::datasets::android_sim_dir(d, &a.datasets_dir(), sweep_dir).is_some(),
-                |d| {
-                    crate::datasets::android_manifest_dir(d, &a.datasets_dir(), sweep_dir).is_some()
-                },
-            )
+            needed
         } else {
             a.node_slots.clone()
         };
@@ -755,6 +791,27 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
 mod tests {
     use reprobench_analysis::frame::COLUMNS as RESULT_COLUMNS;
     use reprobench_domain::results::ResultRow;
+
+    #[test]
+    fn node_slots_that_leave_out_a_needed_kind_are_refused_naming_the_flag_to_add() {
+        use reprobench_domain::kind::SlotSpec;
+        let slot = |kind: &str, slots| SlotSpec {
+            kind: kind.into(),
+            slots,
+        };
+        let needed = [slot("docker", 2), slot("sim", 2)];
+        assert_eq!(super::slots_left_out(&needed, &[]), None);
+        assert_eq!(
+            super::slots_left_out(&needed, &[slot("docker", 1), slot("sim", 4)]),
+            None
+        );
+        let problem = super::slots_left_out(&needed, &[slot("process", 1), slot("sim", 0)])
+            .expect("docker and sim are left out");
+        assert!(
+            problem.contains("--node-slots docker=2 --node-slots sim=2"),
+            "{problem}"
+        );
+    }
 
     #[test]
     fn csv_header_is_the_results_schema_in_order() {

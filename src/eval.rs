@@ -137,18 +137,9 @@ fn parse_packages_as_of(s: &str) -> Result<AsOf, String> {
 
 /// The executor to use when none is named: docker if the engine and base image are there.
 pub async fn auto_executor(node: &SwtNodeArgs, quiet: bool) -> String {
-    let cfg = node.settings().docker;
-    let ready = match reprobench_sandbox::docker::DockerSandbox::connect(cfg.clone()).await {
-        Ok(sb) => sb
-            .base_python()
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    match ready {
-        Ok(()) => "docker".into(),
-        Err(why) => {
+    match docker_unready(node).await {
+        None => "docker".into(),
+        Some(why) => {
             if !quiet {
                 eprintln!(
                     "using the process executor (a checkout and a virtualenv per environment): {why}"
@@ -156,6 +147,15 @@ pub async fn auto_executor(node: &SwtNodeArgs, quiet: bool) -> String {
             }
             "process".into()
         }
+    }
+}
+
+/// Why the docker executor cannot run here (no engine, no base image), or `None` when it can.
+pub async fn docker_unready(node: &SwtNodeArgs) -> Option<String> {
+    let cfg = node.settings().docker;
+    match reprobench_sandbox::docker::DockerSandbox::connect(cfg).await {
+        Ok(sb) => sb.base_python().await.err().map(|e| e.to_string()),
+        Err(e) => Some(e.to_string()),
     }
 }
 

@@ -357,3 +357,54 @@ fn bad_inputs_are_classified_and_the_rest_of_the_run_completes() {
         (Some(true), Some(1))
     );
 }
+
+/// Runs `reprobench run` on a gold sweep of swt-mini with `extra` arguments; it must end within
+/// a minute (a sweep whose tasks no local node can take would wait forever), unsuccessfully.
+fn refused_run(extra: &[&str]) -> String {
+    let dir = scratch();
+    std::fs::write(
+        dir.path().join("s.toml"),
+        "name = \"kinds\"\ndatasets = [\"swt-mini\"]\n[[agents]]\nname = \"gold\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(bin())
+        .arg("run")
+        .arg(dir.path().join("s.toml"))
+        .args(["--local-nodes", "1"])
+        .args(extra)
+        .arg("--datasets")
+        .arg(datasets())
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .arg("--repos")
+        .arg(dir.path().join("repos"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("`run {extra:?}` was still waiting after a minute");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "`run {extra:?}` succeeded: {stderr}");
+    stderr
+}
+
+#[test]
+fn a_sweep_the_local_nodes_cannot_run_is_refused_before_it_starts_naming_the_fix() {
+    // Slots of another kind than the sweep's executor (docker by default).
+    let stderr = refused_run(&["--node-slots", "process=1"]);
+    assert!(stderr.contains("--node-slots docker=2"), "{stderr}");
+    // A docker executor without its base image (or without an engine at all).
+    let stderr = refused_run(&["--base-image", "reprobench-test/no-such-image:0"]);
+    assert!(stderr.contains("executor = \"process\""), "{stderr}");
+}
