@@ -1,5 +1,9 @@
-//! `reprobench bench scheduler`: the scheduler's figures, measured on a real local cluster and,
-//! for scale, by the discrete-event simulation over the same scheduling code.
+//! `reprobench bench …`: `scheduler` (on a real local cluster and, for scale, by the
+//! discrete-event simulation over the same scheduling code), `eval` (harness overhead per
+//! execution), `tables` (the analysis over a million rows), `preassess` (ltgdroid's K device
+//! replicas), `grade` (the parity corpus and each parser family) and `slice` (the real SWT-bench
+//! slice, and `--all` for the whole of it). `bench gateway` and `bench tools` live beside the
+//! code they measure (`reprobench_gateway::bench`, `bench_tools`).
 
 use crate::local::LocalCluster;
 use anyhow::{Context, Result};

@@ -1,5 +1,7 @@
-//! Analysis over the results schema. For now: the summary table `run` and `quickstart` print.
-//! (Paper tables, plots and regression statistics build on this crate later.)
+//! Analysis over the results schema: the summary table `run` and `quickstart` print, the paper
+//! tables (`tables`, computed with polars over the result `frame`; rendered by `table`), the
+//! report and its HTML, plots, statistics (`stats`) and the regression gate across runs, and the
+//! import of published per-instance results.
 
 #[cfg(feature = "frame")]
 pub mod frame;
