@@ -730,19 +730,26 @@ pub async fn cancel(a: CancelArgs) -> Result<()> {
     Ok(())
 }
 
+/// Fails with an error that says how to list the runs when `store` (the data directory `data`)
+/// has no run `run`.
+pub fn ensure_run(store: &Store, run: &str, data: &Path) -> Result<()> {
+    if store.sweep_toml(run)?.is_none() {
+        bail!(
+            "no run `{run}` in {}; `reprobench status --data {}` lists the runs",
+            data.display(),
+            data.display()
+        );
+    }
+    Ok(())
+}
+
 /// `reprobench results`.
 pub async fn results(a: ResultsArgs) -> Result<()> {
     let rows = if a.target.coordinator.is_some() {
         fetch_results(&address_of(&a.target)?, &a.run).await?
     } else {
         let store = Store::open_read_only(&data_dir(&a.target))?;
-        if store.sweep_toml(&a.run)?.is_none() {
-            bail!(
-                "no run `{}` in {}; `reprobench status` lists the runs",
-                a.run,
-                data_dir(&a.target).display()
-            );
-        }
+        ensure_run(&store, &a.run, &data_dir(&a.target))?;
         store
             .results(&a.run)?
             .into_iter()

@@ -145,13 +145,7 @@ fn grade_dirs(dirs: &[PathBuf], rules: Rules, strict: bool, json: bool) -> ExitC
 
 fn regrade_run(a: &GradeArgs, run: &str) -> Result<ExitCode> {
     let store = Store::open_read_only(&a.data)?;
-    if store.sweep_toml(run)?.is_none() {
-        bail!(
-            "no run `{run}` in {}; `reprobench status --data {}` lists the runs",
-            a.data.display(),
-            a.data.display()
-        );
-    }
+    crate::client::ensure_run(&store, run, &a.data)?;
     let mut rows: Vec<ResultRow> = store
         .results(run)?
         .into_iter()

@@ -180,13 +180,7 @@ fn open(data: &Path, run: &str) -> Result<Store> {
         }
         _ => Store::open_read_only(data)?,
     };
-    if store.sweep_toml(run)?.is_none() {
-        bail!(
-            "no run `{run}` in {}; `reprobench status --data {}` lists the runs",
-            data.display(),
-            data.display()
-        );
-    }
+    crate::client::ensure_run(&store, run, data)?;
     Ok(store)
 }
 
