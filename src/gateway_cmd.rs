@@ -172,12 +172,19 @@ pub struct GatewayBenchArgs {
     /// `max_tokens` of each call to `--upstream`, kept small so the model's time varies little.
     #[arg(long, default_value_t = 8, requires = "upstream")]
     max_tokens: u32,
+    /// Also measure LiteLLM's proxy, this `litellm` executable (`tests/litellm_bench.sh` installs
+    /// it from PyPI), in the same run against the same upstream; without it that arm is skipped.
+    #[arg(long, value_name = "PATH")]
+    litellm: Option<std::path::PathBuf>,
+    /// LiteLLM's worker processes (`--num_workers`; 1 is LiteLLM's default).
+    #[arg(long, default_value_t = 1, requires = "litellm")]
+    litellm_workers: u32,
 }
 
 /// The gateway's added latency and throughput against a scripted upstream (not a model), or
-/// against a running model server with `--upstream`.
+/// against a running model server with `--upstream`; with `--litellm`, LiteLLM's proxy as well.
 pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
-    use reprobench_gateway::bench::{BenchUpstream, run_against};
+    use reprobench_gateway::bench::{BenchUpstream, LiteLlmArm, run_with};
     let target = match &a.upstream {
         Some(url) => {
             anyhow::ensure!(
@@ -193,7 +200,12 @@ pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
         None => BenchUpstream::Scripted,
     };
     let scripted = matches!(target, BenchUpstream::Scripted);
-    let report = run_against(target, a.calls, a.concurrency).await;
+    let arm = a.litellm.clone().map(|command| LiteLlmArm {
+        command,
+        workers: a.litellm_workers,
+        ready_within: std::time::Duration::from_secs(180),
+    });
+    let report = run_with(target, a.calls, a.concurrency, arm.as_ref()).await?;
     if a.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -212,6 +224,12 @@ pub async fn bench(a: GatewayBenchArgs) -> Result<()> {
         report.errors,
         a.upstream.as_deref().unwrap_or_default(),
         a.model
+    );
+    let litellm_errors = report.litellm.as_ref().map_or(0, |l| l.errors);
+    anyhow::ensure!(
+        litellm_errors == 0,
+        "bench gateway: {litellm_errors} calls through LiteLLM's proxy failed (`litellm.errors` \
+         above); its figures are not comparable"
     );
     Ok(())
 }
