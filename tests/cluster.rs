@@ -301,10 +301,17 @@ fn a_run_whose_local_nodes_all_exit_ends_with_their_error_instead_of_waiting() {
         "name = \"no-nodes\"\ndatasets = [\"synthetic:4:10\"]\n[[agents]]\nname = \"synthetic\"\n",
     )
     .unwrap();
-    // `emulator` slots without `--avd`: the node refuses to start.
+    // `emulator` slots without `--avd`: the node refuses to start (the sweep's own kind is
+    // offered too, or the run would be refused before any node starts).
     let mut child = Command::new(bin())
         .args(["run", sweep.to_str().unwrap(), "--local-nodes", "1"])
-        .args(["--node-slots", "emulator=1", "--data"])
+        .args([
+            "--node-slots",
+            "synthetic=1",
+            "--node-slots",
+            "emulator=1",
+            "--data",
+        ])
         .arg(dir.path().join("data"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
