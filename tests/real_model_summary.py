@@ -104,6 +104,17 @@ def answer_kind(line):
     return "well_formed"
 
 
+def outcome_of(row):
+    """How one task ended: "resolved", "verdict" (graded, not resolved), "agent_failure" or
+    "infra_error", read off its result row."""
+    error_class = row.get("error_class") or ""
+    if error_class.startswith("infra:"):
+        return "infra_error"
+    if error_class:
+        return "agent_failure"
+    return "resolved" if row.get("success") else "verdict"
+
+
 def server_usage(line):
     """The server's own usage of one call: (prompt_tokens, completion_tokens), 0 when it sent none."""
     response = line.get("response")
@@ -148,6 +159,7 @@ def main():
     a = p.parse_args()
 
     agents = {}
+    outcomes = []
     mismatches = []
     tasks_without_transcript = []
     calls_not_transcribed = []
@@ -164,6 +176,10 @@ def main():
             ag["tasks"] += 1
             ag["successes"] += bool(row.get("success"))
             error_class = row.get("error_class") or ""
+            outcomes.append({"instance_id": row["instance_id"], "agent": name,
+                             "outcome": outcome_of(row), "error_class": error_class or None,
+                             "llm_calls": int(row.get("llm_calls") or 0),
+                             "wall_s": round(float(row.get("wall_s") or 0.0), 1)})
             if error_class.startswith("infra:"):
                 ag["infra_errors"] += 1
             elif error_class:
@@ -219,6 +235,7 @@ def main():
         "tasks": sum(ag["tasks"] for ag in agents.values()),
         "infra_errors": sum(ag["infra_errors"] for ag in agents.values()),
         "agents": agents,
+        "task_outcomes": sorted(outcomes, key=lambda o: (o["instance_id"], o["agent"])),
     }
     json.dump(out, sys.stdout, sort_keys=True)
     print()
