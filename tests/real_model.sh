@@ -236,12 +236,16 @@ name = "zero-shot-plus"
 name = "libro"
 EOF
   backbone
-  cat <<'EOF'
+  # With --slice, a budget that lets reproagent reach generation and review even when every stage
+  # takes both of its calls (4 stages x 2 + review), so that the model's tests run on the real
+  # repositories; the CI sweep stays within minutes.
+  if [ "$mode" = slice ]; then max_calls=12; max_minutes=20; else max_calls=6; max_minutes=10; fi
+  cat <<EOF
 [budget]
 max_llm_calls_per_stage = 2
 max_feedback_iterations = 1
-max_llm_calls = 6
-max_minutes = 10
+max_llm_calls = $max_calls
+max_minutes = $max_minutes
 [eval]
 executor = "process"
 timeout_s = 120

@@ -104,6 +104,15 @@ def answer_kind(line):
     return "well_formed"
 
 
+def read_json(path):
+    """A JSON file's value, or None when it is missing or unreadable."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
 def outcome_of(row):
     """How one task ended: "resolved", "verdict" (graded, not resolved), "agent_failure" or
     "infra_error", read off its result row."""
@@ -176,8 +185,13 @@ def main():
             ag["tasks"] += 1
             ag["successes"] += bool(row.get("success"))
             error_class = row.get("error_class") or ""
+            report = read_json(os.path.join(row.get("artifact_path") or "", "report.json")) or {}
             outcomes.append({"instance_id": row["instance_id"], "agent": name,
-                             "outcome": outcome_of(row), "error_class": error_class or None,
+                             "outcome": outcome_of(row), "verdict": row.get("verdict"),
+                             "error_class": error_class or None,
+                             "test_patch": report.get("patch_exists"),
+                             "patch_applied": report.get("patch_successfully_applied"),
+                             "stopped_by": (report.get("agent") or {}).get("stopped_by"),
                              "llm_calls": int(row.get("llm_calls") or 0),
                              "wall_s": round(float(row.get("wall_s") or 0.0), 1)})
             if error_class.startswith("infra:"):
