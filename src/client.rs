@@ -292,6 +292,13 @@ pub async fn run_local(
 ) -> Result<Finished> {
     let mut cluster = LocalCluster::start(data, nodes, CoreConfig::default()).await?;
     let address = cluster.address.clone();
+    let mut coordinator_failure = cluster.coordinator_failure();
+    let coordinator_failed = async {
+        match coordinator_failure.as_mut() {
+            Some(f) => f.wait().await,
+            None => std::future::pending().await,
+        }
+    };
     // A run on local nodes cannot end once every node has exited (a bad flag, an unreadable
     // replay source): say so instead of waiting forever.
     let nodes_gone = async {
@@ -305,6 +312,10 @@ pub async fn run_local(
     let result = tokio::select! {
         r = submit_and_wait(&address, req, quiet) => r,
         why = nodes_gone => Err(anyhow!("{why}")),
+        why = coordinator_failed => Err(anyhow!(
+            "the embedded coordinator stopped because {why}; the run is kept as far as the store holds it: free the disk or fix {}, then run the same command again to resume it",
+            data.display()
+        )),
     };
     cluster.stop().await;
     result.map_err(|e| match e.downcast::<Interrupted>() {

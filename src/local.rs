@@ -144,6 +144,11 @@ impl LocalCluster {
         }
     }
 
+    /// Why the embedded coordinator's core stopped on its own, when it does.
+    pub fn coordinator_failure(&self) -> Option<reprobench_coordinator::core::CoreFailure> {
+        self.coordinator.as_ref().map(|c| c.failure())
+    }
+
     /// When every node process has exited: which exit status and the last lines of its log.
     pub fn all_nodes_exited(&mut self) -> Option<String> {
         let mut last = None;

@@ -845,7 +845,19 @@ async fn serve(a: ServeArgs) -> Result<()> {
         }
     }
     let mut stop = reprobench_agent_node::runtime::stop_signals();
-    stop.recv().await;
+    let mut failure = coordinator.failure();
+    tokio::select! {
+        _ = stop.recv() => {}
+        why = failure.wait() => {
+            coordinator.shutdown().await;
+            eprintln!(
+                "reprobench coordinator: stopped because {why}. Runs resume from what the store holds when it starts again on the same --data {}",
+                a.data.display()
+            );
+            // EX_IOERR, for supervisors that tell a failing disk from a stop.
+            std::process::exit(74);
+        }
+    }
     eprintln!("stopping the coordinator; runs resume when it starts again on the same --data");
     coordinator.shutdown().await;
     Ok(())

@@ -18,7 +18,7 @@ use reprobench_proto::v1::{
 use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tonic::Status;
 
 pub use crate::machine::CoreConfig;
@@ -117,6 +117,29 @@ pub struct KindCounts {
 #[derive(Clone)]
 pub struct CoreHandle {
     tx: std_mpsc::Sender<Command>,
+    failure: CoreFailure,
+}
+
+/// Why the core stopped on its own, once it has: a store write failed, so memory would be ahead
+/// of the store, and the coordinator must stop and be restarted (it resumes from what was
+/// committed). Whoever runs the coordinator waits on it; the library never exits the process.
+#[derive(Clone)]
+pub struct CoreFailure(watch::Receiver<Option<String>>);
+
+impl CoreFailure {
+    /// The failure, if the core has stopped on one.
+    pub fn get(&self) -> Option<String> {
+        self.0.borrow().clone()
+    }
+
+    /// Waits until the core stops on a failure and says why; never returns while it is healthy
+    /// (nor after a clean shutdown).
+    pub async fn wait(&mut self) -> String {
+        match self.0.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
+    }
 }
 
 impl CoreHandle {
@@ -125,14 +148,35 @@ impl CoreHandle {
     #[cfg(test)]
     pub(crate) fn channel() -> (CoreHandle, std_mpsc::Receiver<Command>) {
         let (tx, rx) = std_mpsc::channel();
-        (CoreHandle { tx }, rx)
+        let (failed, failure) = watch::channel(None);
+        std::mem::forget(failed);
+        (
+            CoreHandle {
+                tx,
+                failure: CoreFailure(failure),
+            },
+            rx,
+        )
     }
 
-    /// Sends a command; fails when the core has stopped.
+    /// Sends a command; fails when the core has stopped, saying why if it stopped on a failure.
     pub fn send(&self, cmd: Command) -> Result<(), Status> {
-        self.tx
-            .send(cmd)
-            .map_err(|_| Status::unavailable("the coordinator is shutting down; retry shortly"))
+        self.tx.send(cmd).map_err(|_| self.stopped())
+    }
+
+    /// What a caller hears when the core has stopped: why, if it stopped on a failure.
+    pub fn stopped(&self) -> Status {
+        match self.failure.get() {
+            Some(why) => Status::unavailable(format!(
+                "the coordinator stopped: {why}; restart it on the same data directory (its runs resume from what the store holds)"
+            )),
+            None => Status::unavailable("the coordinator is shutting down; retry shortly"),
+        }
+    }
+
+    /// Why the core stopped on its own, when it does.
+    pub fn failure(&self) -> CoreFailure {
+        self.failure.clone()
     }
 }
 
@@ -143,11 +187,13 @@ pub fn spawn(
 ) -> Result<(CoreHandle, std::thread::JoinHandle<()>), StoreError> {
     let core = Core::load(store, cfg)?;
     let (tx, rx) = std_mpsc::channel();
+    let (failed, failure) = watch::channel(None);
     let join = std::thread::Builder::new()
         .name("coordinator-core".into())
-        .spawn(move || core.run(rx))
+        .spawn(move || core.run(rx, failed))
         .expect("spawning the core thread");
-    Ok((CoreHandle { tx }, join))
+    let failure = CoreFailure(failure);
+    Ok((CoreHandle { tx, failure }, join))
 }
 
 /// The clock, read by the driver alone.
@@ -323,7 +369,11 @@ impl Core {
         })
     }
 
-    fn run(mut self, rx: std_mpsc::Receiver<Command>) {
+    /// Serves commands until shutdown (or until every handle is gone). At the first failed store
+    /// write memory is ahead of the store: the core stops and says so on `failed` (before the
+    /// batch's askers hear their replies dropped), and its owner stops the coordinator, so that a
+    /// restart resumes from what was committed.
+    fn run(mut self, rx: std_mpsc::Receiver<Command>, failed: watch::Sender<Option<String>>) {
         let tick = self.machine.tick_interval();
         let mut next_tick = Instant::now() + tick;
         let mut batch = Vec::new();
@@ -342,11 +392,9 @@ impl Core {
             }
             let shutdown = batch.iter().any(|c| matches!(c, Command::Shutdown));
             if let Err(e) = self.batch(&mut batch, &mut next_tick, tick) {
-                // A failed write leaves memory ahead of the store: stop, and let a restart resume
-                // from what was committed.
                 tracing::error!(error = %e, "store write failed; the coordinator stops");
-                eprintln!("reprobench coordinator: store write failed: {e}");
-                std::process::exit(74);
+                failed.send_replace(Some(format!("its store write failed: {e}")));
+                return;
             }
             if shutdown {
                 return;
@@ -776,6 +824,41 @@ mod tests {
         assert!(h.ack().accepted);
         let s = h.summary(&run);
         assert_eq!((s.state.as_str(), s.errored), ("finished", 1), "{s:?}");
+    }
+
+    #[test]
+    fn a_failed_store_write_stops_the_core_and_its_callers_hear_why() {
+        let h = Harness::new(60_000);
+        let mut failure = h.core.failure();
+        assert_eq!(failure.get(), None);
+        // Another process holds the store's write lock: the submit's write fails once SQLite's
+        // busy timeout has passed.
+        let blocker = rusqlite::Connection::open(h._dir.path().join(crate::store::DB_FILE)).unwrap();
+        blocker.execute_batch("BEGIN EXCLUSIVE;").unwrap();
+        let (reply, answer) = oneshot::channel();
+        let req = SubmitRunRequest {
+            sweep_toml: "name='t'\ndatasets=['synthetic:1:1']\n[[agents]]\nname='synthetic'\n".into(),
+            ..Default::default()
+        };
+        h.core
+            .send(Command::Submit {
+                req,
+                owner: "test".into(),
+                reply,
+            })
+            .unwrap();
+        assert!(answer.blocking_recv().is_err(), "the failed batch's reply is dropped");
+        let why = failure.get().expect("the core says why it stopped");
+        assert!(why.contains("store write failed"), "{why}");
+        let waited = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(failure.wait());
+        assert_eq!(waited, why);
+        let (reply, _answer) = oneshot::channel();
+        let refused = h.core.send(Command::List { reply }).unwrap_err();
+        assert!(refused.message().contains(&why), "{}", refused.message());
+        blocker.execute_batch("ROLLBACK;").unwrap();
     }
 
     #[test]

@@ -107,6 +107,12 @@ impl Coordinator {
         self.core.clone()
     }
 
+    /// Why the core stopped on its own, when it does (a store write failed): the owner must then
+    /// stop the coordinator, and a restart on the same data directory resumes.
+    pub fn failure(&self) -> core::CoreFailure {
+        self.core.failure()
+    }
+
     /// Stops serving, lets the core commit its last batch, and returns.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -318,8 +324,7 @@ async fn ask<T>(
 ) -> Result<T, Status> {
     let (tx, rx) = oneshot::channel();
     core.send(make(tx))?;
-    rx.await
-        .map_err(|_| Status::unavailable("the coordinator is shutting down; retry shortly"))
+    rx.await.map_err(|_| core.stopped())
 }
 
 #[tonic::async_trait]
