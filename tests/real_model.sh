@@ -8,7 +8,8 @@
 #   tests/real_model.sh --slice [--json] the SWT agents (reproagent's five variants,
 #                                        zero-shot-plus, libro) on three real SWT-bench instances
 #                                        of ../shared/data/real/swt-slice (requests, flask, django)
-#                                        with the model's full 8,192-token context; no android sweep
+#                                        with the model's full 8,192-token context and 12 calls a
+#                                        task; no android sweep
 #
 # The model is tiny (135M parameters, 4-bit): it will rarely reproduce a bug. The point is that
 # the harness, the gateway and every agent survive and meter a real model's output.
