@@ -112,10 +112,32 @@ fn slots_left_out(needed: &[SlotSpec], given: &[SlotSpec]) -> Option<String> {
         .map(|k| format!("--node-slots {k}=2"))
         .collect();
     Some(format!(
-        "the sweep's tasks need slots of kind {} and --node-slots offers none of them, so they would wait forever: add {} (or leave --node-slots out to get what the sweep needs); for SWT datasets the kind is the sweep's `[eval] executor` (docker unless it says otherwise)",
+        "the sweep's tasks need slots of kind {} and --node-slots offers none of them, so they would wait forever: add {} (or leave --node-slots out to get what the sweep needs); for SWT datasets the kind is the sweep's `[eval] executor` (when it names none: the kind --node-slots offers, else docker where the engine and base image are, else process)",
         missing.join(", "),
         add.join(" ")
     ))
+}
+
+/// Whether a sweep's TOML names its SWT executor (`[eval] executor`) itself.
+fn names_executor(sweep_toml: &str) -> bool {
+    sweep_toml
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|t| t.get("eval")?.as_table()?.get("executor").cloned())
+        .is_some()
+}
+
+/// A sweep's TOML with `[eval] executor = kind` added.
+fn with_executor(sweep_toml: &str, kind: &str) -> Result<String> {
+    let mut table: toml::Table = sweep_toml.parse()?;
+    let eval = table
+        .entry("eval")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    let Some(eval) = eval.as_table_mut() else {
+        bail!("`eval` must be a table ([eval])");
+    };
+    eval.insert("executor".into(), toml::Value::String(kind.into()));
+    Ok(toml::to_string(&table)?)
 }
 
 /// `reprobench run`.
@@ -132,12 +154,13 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let sweep_dir = a.sweep.parent().unwrap_or(Path::new("."));
     let (attachments, problems) = crate::datasets::attach(&spec, &a.datasets_dir(), sweep_dir)?;
     crate::datasets::print_row_errors(&problems);
-    let req = SubmitRunRequest {
+    let mut req = SubmitRunRequest {
         sweep_toml: sweep,
         resume_existing: !a.new,
         attachments: attachments.into_iter().collect(),
         reuse_finished: false,
     };
+    let mut spec = spec;
     let done = if let Some(n) = a.local_nodes {
         // Local nodes read this machine's mirrors: build them from shipped sources if missing.
         for name in &spec.datasets {
@@ -171,11 +194,37 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
                 replay.display()
             );
         }
-        let needed = needed_slots(
-            &spec,
-            |d| crate::datasets::android_sim_dir(d, &a.datasets_dir(), sweep_dir).is_some(),
-            |d| crate::datasets::android_manifest_dir(d, &a.datasets_dir(), sweep_dir).is_some(),
-        );
+        let needed_by = |spec: &reprobench_domain::sweep::SweepSpec| {
+            needed_slots(
+                spec,
+                |d| crate::datasets::android_sim_dir(d, &a.datasets_dir(), sweep_dir).is_some(),
+                |d| {
+                    crate::datasets::android_manifest_dir(d, &a.datasets_dir(), sweep_dir).is_some()
+                },
+            )
+        };
+        let mut needed = needed_by(&spec);
+        // A sweep that does not name its SWT executor gets the one `eval` would choose: the kind
+        // --node-slots offers, else docker where the engine and base image are, else process.
+        if needed.iter().any(|s| s.kind == spec.eval.executor) && !names_executor(&req.sweep_toml) {
+            let offered: Vec<&str> = ["docker", "process"]
+                .into_iter()
+                .filter(|k| a.node_slots.iter().any(|s| s.kind == *k && s.slots > 0))
+                .collect();
+            let chosen = match offered[..] {
+                [one] => one.to_string(),
+                // Said even with --json (on stderr): the sweep runs on another executor than
+                // its text shows.
+                _ => crate::eval::auto_executor(&a.node, false).await,
+            };
+            if chosen != spec.eval.executor {
+                req.sweep_toml = with_executor(&req.sweep_toml, &chosen)
+                    .with_context(|| format!("in {}", a.sweep.display()))?;
+                spec = reprobench_domain::sweep::SweepSpec::from_toml(&req.sweep_toml)
+                    .with_context(|| format!("in {}", a.sweep.display()))?;
+                needed = needed_by(&spec);
+            }
+        }
         if let Some(problem) = slots_left_out(&needed, &a.node_slots) {
             bail!("{problem}");
         }
@@ -183,7 +232,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
             && let Some(why) = crate::eval::docker_unready(&a.node).await
         {
             bail!(
-                "the sweep's SWT datasets run on the docker executor (`[eval] executor`, docker unless the sweep says otherwise), and the local nodes cannot run it: {why}; or run it on the process executor: `[eval] executor = \"process\"` in {}",
+                "the sweep's SWT datasets run on the docker executor (its `[eval] executor`, or --node-slots docker=N), and the local nodes cannot run it: {why}; or run it on the process executor: `[eval] executor = \"process\"` in {}",
                 a.sweep.display()
             );
         }
@@ -367,6 +416,7 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
     // is written there instead, with the same figures.
     let mut lines = (!quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .then(|| ProgressLines::new(std::time::Instant::now()));
+    let mut said_waiting: Option<String> = None;
     loop {
         let stream = match client(address).await {
             Ok(mut c) => {
@@ -412,14 +462,30 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                     } else {
                         0.0
                     };
+                    let waiting = unserved_note(&s);
                     overall.set_message(format!(
-                        "ok {} fail {} err {} | success {rate:.1}% | running {}",
-                        s.succeeded, s.failed, s.errored, s.running
+                        "ok {} fail {} err {} | success {rate:.1}% | running {}{}",
+                        s.succeeded,
+                        s.failed,
+                        s.errored,
+                        s.running,
+                        waiting
+                            .as_deref()
+                            .map(|w| format!(" | {w}"))
+                            .unwrap_or_default()
                     ));
-                    if let Some(l) = lines.as_mut()
-                        && let Some(line) = l.line(done, s.tasks, &overall.message())
-                    {
-                        eprintln!("{line}");
+                    if let Some(l) = lines.as_mut() {
+                        if let Some(line) = l.line(done, s.tasks, &overall.message()) {
+                            eprintln!("{line}");
+                        }
+                        // A run that waits for a kind of node says so once, even though no
+                        // task finishes (no progress line would be written).
+                        if waiting != said_waiting {
+                            if let Some(w) = &waiting {
+                                eprintln!("{w}");
+                            }
+                            said_waiting = waiting;
+                        }
                     }
                     for n in &p.nodes {
                         let bar = node_bars.entry(n.node_id.clone()).or_insert_with(|| {
@@ -457,6 +523,23 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// What a run's pending tasks wait for, when no connected node offers their executor kind.
+pub fn unserved_note(s: &RunSummary) -> Option<String> {
+    if s.unserved_kinds.is_empty() || s.pending == 0 {
+        return None;
+    }
+    let kinds = s
+        .unserved_kinds
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let example = &s.unserved_kinds[0];
+    Some(format!(
+        "waiting: pending tasks need {kinds} slots and no connected node offers them; start a node with `--slots {example}=N` (with `run --local-nodes`, `--node-slots {example}=N`), or let a scaler start one"
+    ))
 }
 
 /// Progress as plain lines, one each time the count of finished tasks changes.
@@ -690,6 +773,9 @@ pub async fn status(a: StatusArgs) -> Result<()> {
             s.cancelled,
             s.retried_attempts
         );
+        if let Some(w) = unserved_note(s) {
+            println!("    {w}");
+        }
     }
     if let Some(att) = attempts {
         println!(
@@ -722,6 +808,7 @@ fn summary_json(s: &RunSummary) -> serde_json::Value {
         "running": s.running, "succeeded": s.succeeded, "failed": s.failed, "errored": s.errored,
         "cancelled": s.cancelled, "retried_attempts": s.retried_attempts,
         "created_at_ms": s.created_at_ms, "finished_at_ms": s.finished_at_ms,
+        "unserved_kinds": s.unserved_kinds,
     })
 }
 

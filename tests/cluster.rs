@@ -331,3 +331,51 @@ fn a_run_whose_local_nodes_all_exit_ends_with_their_error_instead_of_waiting() {
         "the node's reason reaches the user: {stderr}"
     );
 }
+
+#[test]
+fn a_run_no_connected_node_can_serve_names_the_kind_it_waits_for_until_one_joins() {
+    let mut c = Cluster::start(2_000, 200);
+    // A node that offers another kind only: the synthetic tasks cannot go anywhere.
+    c.start_node("other", "emulator=1");
+    let run = c.submit("synthetic:3:10:0");
+    let token = c.token_file();
+    let live_status = |c: &Cluster| {
+        let out = c.cli(&[
+            "status",
+            &run,
+            "--json",
+            "--coordinator",
+            &c.url,
+            "--token-file",
+            token.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    poll(
+        LONG,
+        "status to name the kind the run waits for",
+        || c.logs(),
+        || (live_status(&c)["unserved_kinds"] == serde_json::json!(["synthetic"])).then_some(()),
+    );
+    let text = c.cli(&[
+        "status",
+        "--coordinator",
+        &c.url,
+        "--token-file",
+        token.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("--slots synthetic=N"), "{text}");
+    c.start_node("worker", "synthetic=1");
+    let s = c.wait_finished(&run, LONG);
+    assert_eq!(
+        s["succeeded"].as_u64().unwrap() + s["failed"].as_u64().unwrap(),
+        3
+    );
+    assert_eq!(live_status(&c)["unserved_kinds"], serde_json::json!([]));
+}

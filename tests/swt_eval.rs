@@ -358,13 +358,14 @@ fn bad_inputs_are_classified_and_the_rest_of_the_run_completes() {
     );
 }
 
-/// Runs `reprobench run` on a gold sweep of swt-mini with `extra` arguments; it must end within
-/// a minute (a sweep whose tasks no local node can take would wait forever), unsuccessfully.
+/// Runs `reprobench run` on a gold sweep of swt-mini on the docker executor (named in the sweep)
+/// with `extra` arguments; it must end within a minute (a sweep whose tasks no local node can
+/// take would wait forever), unsuccessfully.
 fn refused_run(extra: &[&str]) -> String {
     let dir = scratch();
     std::fs::write(
         dir.path().join("s.toml"),
-        "name = \"kinds\"\ndatasets = [\"swt-mini\"]\n[[agents]]\nname = \"gold\"\n",
+        "name = \"kinds\"\ndatasets = [\"swt-mini\"]\n[[agents]]\nname = \"gold\"\n[eval]\nexecutor = \"docker\"\n",
     )
     .unwrap();
     let mut child = Command::new(bin())
@@ -401,10 +402,66 @@ fn refused_run(extra: &[&str]) -> String {
 
 #[test]
 fn a_sweep_the_local_nodes_cannot_run_is_refused_before_it_starts_naming_the_fix() {
-    // Slots of another kind than the sweep's executor (docker by default).
+    // Slots of another kind than the executor the sweep names.
     let stderr = refused_run(&["--node-slots", "process=1"]);
     assert!(stderr.contains("--node-slots docker=2"), "{stderr}");
     // A docker executor without its base image (or without an engine at all).
     let stderr = refused_run(&["--base-image", "reprobench-test/no-such-image:0"]);
     assert!(stderr.contains("executor = \"process\""), "{stderr}");
+}
+
+/// swt-mini's first instance as a dataset of its own, in `dir`.
+fn one_instance_dataset(dir: &Path) -> PathBuf {
+    let mini = datasets().join("swt-mini");
+    let one = dir.join("swt-mini-1");
+    std::fs::create_dir_all(&one).unwrap();
+    let first = std::fs::read_to_string(mini.join("instances.jsonl")).unwrap();
+    let first = first.lines().next().unwrap();
+    std::fs::write(one.join("instances.jsonl"), format!("{first}\n")).unwrap();
+    std::fs::copy(mini.join("env.json"), one.join("env.json")).unwrap();
+    let manifest = serde_json::json!({
+        "name": "swt-mini-1", "track": "swt", "instances": "instances.jsonl", "env": "env.json",
+        "sources": mini.join("src"),
+    });
+    std::fs::write(one.join("manifest.json"), manifest.to_string()).unwrap();
+    one
+}
+
+#[test]
+fn run_chooses_the_executor_as_eval_does_when_the_sweep_names_none() {
+    let dir = scratch();
+    let dataset = one_instance_dataset(dir.path());
+    std::fs::write(
+        dir.path().join("s.toml"),
+        format!(
+            "name = \"auto\"\ndatasets = [\"{}\"]\n[[agents]]\nname = \"gold\"\n",
+            dataset.display()
+        ),
+    )
+    .unwrap();
+    // Docker cannot run here (no such base image), so the process executor is chosen, and said.
+    let out = Command::new(bin())
+        .arg("run")
+        .arg(dir.path().join("s.toml"))
+        .args(["--local-nodes", "1", "--json"])
+        .args(["--base-image", "reprobench-test/no-such-image:0"])
+        .arg("--datasets")
+        .arg(datasets())
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .arg("--repos")
+        .arg(dir.path().join("repos"))
+        .arg("--cache-dir")
+        .arg(dir.path().join("cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("using the process executor"), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["tasks"].as_u64(), v["succeeded"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
 }

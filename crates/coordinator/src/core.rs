@@ -828,16 +828,18 @@ mod tests {
 
     #[test]
     fn a_failed_store_write_stops_the_core_and_its_callers_hear_why() {
-        let h = Harness::new(60_000);
+        let mut h = Harness::new(60_000);
         let mut failure = h.core.failure();
         assert_eq!(failure.get(), None);
         // Another process holds the store's write lock: the submit's write fails once SQLite's
         // busy timeout has passed.
-        let blocker = rusqlite::Connection::open(h._dir.path().join(crate::store::DB_FILE)).unwrap();
+        let blocker =
+            rusqlite::Connection::open(h._dir.path().join(crate::store::DB_FILE)).unwrap();
         blocker.execute_batch("BEGIN EXCLUSIVE;").unwrap();
         let (reply, answer) = oneshot::channel();
         let req = SubmitRunRequest {
-            sweep_toml: "name='t'\ndatasets=['synthetic:1:1']\n[[agents]]\nname='synthetic'\n".into(),
+            sweep_toml: "name='t'\ndatasets=['synthetic:1:1']\n[[agents]]\nname='synthetic'\n"
+                .into(),
             ..Default::default()
         };
         h.core
@@ -847,7 +849,10 @@ mod tests {
                 reply,
             })
             .unwrap();
-        assert!(answer.blocking_recv().is_err(), "the failed batch's reply is dropped");
+        assert!(
+            answer.blocking_recv().is_err(),
+            "the failed batch's reply is dropped"
+        );
         let why = failure.get().expect("the core says why it stopped");
         assert!(why.contains("store write failed"), "{why}");
         let waited = tokio::runtime::Builder::new_current_thread()
@@ -855,6 +860,7 @@ mod tests {
             .unwrap()
             .block_on(failure.wait());
         assert_eq!(waited, why);
+        h.join.take().unwrap().join().unwrap();
         let (reply, _answer) = oneshot::channel();
         let refused = h.core.send(Command::List { reply }).unwrap_err();
         assert!(refused.message().contains(&why), "{}", refused.message());

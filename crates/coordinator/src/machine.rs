@@ -20,7 +20,7 @@ use reprobench_proto::v1::{
     RegisterRequest, RegisterResponse, ResultAck, Revoke, RunProgress, RunSummary,
     SubmitRunRequest, SubmitRunResponse, coordinator_message, node_message,
 };
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tonic::Status;
@@ -307,6 +307,19 @@ struct RunMem {
     /// finished.
     session_start: Option<Instant>,
     session_done: u64,
+    /// The run's pending tasks per executor kind.
+    pending_by_kind: BTreeMap<Arc<str>, u64>,
+}
+
+impl RunMem {
+    /// Counts a task of `kind` leaving (`delta` -1) or entering (+1) the pending state.
+    fn count_pending(&mut self, kind: &Arc<str>, delta: i64) {
+        let n = self.pending_by_kind.entry(kind.clone()).or_insert(0);
+        *n = n.saturating_add_signed(delta);
+        if *n == 0 {
+            self.pending_by_kind.remove(kind);
+        }
+    }
 }
 
 /// The slots of `kind` a node registered (0 for a kind it did not register).
@@ -431,6 +444,9 @@ impl Machine {
             }
             if let Some(r) = m.runs.get_mut(&run) {
                 bump(&mut r.summary, st, 1);
+                if st == TaskState::Pending {
+                    r.count_pending(&mem.kind, 1);
+                }
             }
             m.tasks.insert(t.task_id, mem);
         }
@@ -474,7 +490,7 @@ impl Machine {
                 let runs = self
                     .run_order
                     .iter()
-                    .map(|r| self.runs[r].summary.clone())
+                    .map(|r| self.summary_now(&self.runs[r]))
                     .collect();
                 let live_nodes = self.nodes.iter().filter(|n| n.in_sched).count() as u32;
                 self.answer(Answer::List(ListRunsResponse { runs, live_nodes }));
@@ -600,6 +616,7 @@ impl Machine {
                 last_publish: None,
                 session_start: None,
                 session_done: 0,
+                pending_by_kind: BTreeMap::new(),
             },
         );
     }
@@ -998,6 +1015,7 @@ impl Machine {
         self.next_task_id += tasks.len() as u64;
         self.add_run_mem(&run);
         let run_key = self.intern(&run.run_id);
+        let mut pending_by_kind: BTreeMap<Arc<str>, u64> = BTreeMap::new();
         for (id, t) in ids.iter().zip(&tasks) {
             let mem = TaskMem {
                 run: run_key.clone(),
@@ -1016,6 +1034,7 @@ impl Machine {
                 key: &mem.key,
                 agent: &mem.agent,
             });
+            *pending_by_kind.entry(mem.kind.clone()).or_insert(0) += 1;
             self.tasks.insert(*id, mem);
         }
         self.work_added = true;
@@ -1035,6 +1054,7 @@ impl Machine {
         });
         let r = self.runs.get_mut(&run_key).expect("just added");
         r.summary.pending = count;
+        r.pending_by_kind = pending_by_kind;
         if count == 0 {
             self.check_finished(&run_key);
         }
@@ -1123,6 +1143,11 @@ impl Machine {
         let run = self.runs.get_mut(&t.run).expect("task's run");
         bump(&mut run.summary, old, -1);
         bump(&mut run.summary, new, 1);
+        if old == TaskState::Pending && new != TaskState::Pending {
+            run.count_pending(&t.kind, -1);
+        } else if new == TaskState::Pending && old != TaskState::Pending {
+            run.count_pending(&t.kind, 1);
+        }
         run.dirty = true;
         Some(new)
     }
@@ -1489,7 +1514,7 @@ impl Machine {
                 })
             })
             .collect();
-        let s = &r.summary;
+        let s = self.summary_now(r);
         let remaining = s.pending + s.running;
         let eta_s = match r.session_start {
             Some(start) if r.session_done > 0 => {
@@ -1499,10 +1524,28 @@ impl Machine {
             _ => -1.0,
         };
         RunProgress {
-            run: Some(s.clone()),
+            run: Some(s),
             nodes,
             eta_s,
         }
+    }
+
+    /// A run's summary with what only the live machine knows: the kinds its pending tasks need
+    /// that no connected node offers.
+    fn summary_now(&self, r: &RunMem) -> RunSummary {
+        let mut s = r.summary.clone();
+        s.unserved_kinds = r
+            .pending_by_kind
+            .keys()
+            .filter(|kind| {
+                !self
+                    .nodes
+                    .iter()
+                    .any(|n| n.in_sched && registered_slots(&n.slots, kind) > 0)
+            })
+            .map(|kind| kind.to_string())
+            .collect();
+        s
     }
 }
 
@@ -1696,6 +1739,47 @@ mod tests {
             Some(Answer::List(list)) => list.runs.into_iter().find(|r| r.run_id == run).unwrap(),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_run_names_the_kinds_of_its_pending_tasks_that_no_connected_node_offers() {
+        let t = start();
+        // The node offers synthetic slots but no credit yet: the tasks stay pending.
+        let mut m = machine_with_node(60_000, 0, t);
+        let (run, _) = submit(&mut m, "synthetic:2:1", 3, t);
+        assert!(summary(&mut m, &run, t).unserved_kinds.is_empty());
+        m.step(
+            Input::Disconnect {
+                node_id: "n".into(),
+                conn: 1,
+            },
+            t,
+        );
+        let s = summary(&mut m, &run, t);
+        assert_eq!(
+            (s.pending, s.unserved_kinds),
+            (2, vec!["synthetic".to_string()])
+        );
+        let cancelled = m.step(
+            Input::Cancel {
+                run_id: run.clone(),
+                caller: Principal {
+                    id: "client-1".into(),
+                    role: crate::credentials::Role::Client,
+                    node: None,
+                    node_prefix: None,
+                },
+            },
+            t,
+        );
+        assert!(matches!(cancelled.answer, Some(Answer::Cancel(Ok(2)))));
+        assert!(
+            summary(&mut m, &run, t).unserved_kinds.is_empty(),
+            "no pending task is left to wait"
+        );
+        // A later run, submitted while no node is connected, waits from the start.
+        let (run2, _) = submit(&mut m, "synthetic:1:1", 3, t);
+        assert_eq!(summary(&mut m, &run2, t).unserved_kinds, vec!["synthetic"]);
     }
 
     #[test]
