@@ -63,32 +63,14 @@ fn data_dir(t: &Target) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(crate::DEFAULT_DATA))
 }
 
-/// Two slots of each executor kind a sweep's tasks need.
-fn needed_slots(
-    spec: &reprobench_domain::sweep::SweepSpec,
-    is_sim_suite: impl Fn(&str) -> bool,
-    is_real_android: impl Fn(&str) -> bool,
-) -> Vec<SlotSpec> {
-    let mut kinds: Vec<String> = spec
-        .datasets
-        .iter()
-        .map(|d| {
-            if reprobench_domain::synthetic::SyntheticDataset::parse(d).is_some() {
-                "synthetic".to_string()
-            } else if is_real_android(d) {
-                "emulator".to_string()
-            } else if d.starts_with("android") || is_sim_suite(d) {
-                "sim".to_string()
-            } else {
-                spec.eval.executor.clone()
-            }
-        })
-        .collect();
-    kinds.sort();
-    kinds.dedup();
+/// Two slots of each executor kind in `kinds`.
+fn two_slots_each(kinds: &std::collections::BTreeSet<String>) -> Vec<SlotSpec> {
     kinds
-        .into_iter()
-        .map(|kind| SlotSpec { kind, slots: 2 })
+        .iter()
+        .map(|kind| SlotSpec {
+            kind: kind.clone(),
+            slots: 2,
+        })
         .collect()
 }
 
@@ -154,6 +136,10 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let sweep_dir = a.sweep.parent().unwrap_or(Path::new("."));
     let (attachments, problems) = crate::datasets::attach(&spec, &a.datasets_dir(), sweep_dir)?;
     crate::datasets::print_row_errors(&problems);
+    // The kinds the coordinator will give the tasks, decided by its own expansion rules.
+    let mut kinds = reprobench_coordinator::sweep::task_kinds(&spec, &attachments)
+        .map_err(|e| anyhow!("{e}"))
+        .with_context(|| format!("in {}", a.sweep.display()))?;
     let mut req = SubmitRunRequest {
         sweep_toml: sweep,
         resume_existing: !a.new,
@@ -194,19 +180,9 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
                 replay.display()
             );
         }
-        let needed_by = |spec: &reprobench_domain::sweep::SweepSpec| {
-            needed_slots(
-                spec,
-                |d| crate::datasets::android_sim_dir(d, &a.datasets_dir(), sweep_dir).is_some(),
-                |d| {
-                    crate::datasets::android_manifest_dir(d, &a.datasets_dir(), sweep_dir).is_some()
-                },
-            )
-        };
-        let mut needed = needed_by(&spec);
         // A sweep that does not name its SWT executor gets the one `eval` would choose: the kind
         // --node-slots offers, else docker where the engine and base image are, else process.
-        if needed.iter().any(|s| s.kind == spec.eval.executor) && !names_executor(&req.sweep_toml) {
+        if kinds.contains(&spec.eval.executor) && !names_executor(&req.sweep_toml) {
             let offered: Vec<&str> = ["docker", "process"]
                 .into_iter()
                 .filter(|k| a.node_slots.iter().any(|s| s.kind == *k && s.slots > 0))
@@ -220,11 +196,12 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
             if chosen != spec.eval.executor {
                 req.sweep_toml = with_executor(&req.sweep_toml, &chosen)
                     .with_context(|| format!("in {}", a.sweep.display()))?;
-                spec = reprobench_domain::sweep::SweepSpec::from_toml(&req.sweep_toml)
-                    .with_context(|| format!("in {}", a.sweep.display()))?;
-                needed = needed_by(&spec);
+                kinds.remove(&spec.eval.executor);
+                kinds.insert(chosen.clone());
+                spec.eval.executor = chosen;
             }
         }
+        let needed = two_slots_each(&kinds);
         if let Some(problem) = slots_left_out(&needed, &a.node_slots) {
             bail!("{problem}");
         }

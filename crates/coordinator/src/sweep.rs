@@ -212,6 +212,31 @@ fn expand_android(
     Ok(())
 }
 
+/// The executor kinds a sweep's tasks will need, decided as [`expand`] decides them (without
+/// building the tasks): synthetic datasets `synthetic`, attached android rows by
+/// [`android_kind`], SWT datasets the sweep's `[eval] executor`.
+pub fn task_kinds(
+    spec: &SweepSpec,
+    attachments: &Attachments,
+) -> Result<std::collections::BTreeSet<String>, ExpandError> {
+    let mut kinds = std::collections::BTreeSet::new();
+    for dataset in &spec.datasets {
+        if let Some(rows) = attachments.get(&android::android_rows_key(dataset)) {
+            for line in rows.lines().filter(|l| !l.trim().is_empty()) {
+                let row: AndroidRow = serde_json::from_str(line).map_err(|e| {
+                    ExpandError(format!("attached rows of `{dataset}` are invalid: {e}"))
+                })?;
+                kinds.insert(android_kind(&row).to_string());
+            }
+        } else if SyntheticDataset::parse(dataset).is_some() {
+            kinds.insert("synthetic".to_string());
+        } else {
+            kinds.insert(spec.eval.executor.clone());
+        }
+    }
+    Ok(kinds)
+}
+
 /// The executor kind of an android row: real apps run on emulators, simulator suites on `sim`.
 pub fn android_kind(row: &AndroidRow) -> &'static str {
     if row.real_app { "emulator" } else { "sim" }
@@ -494,6 +519,20 @@ mod tests {
                 ("android-ltg75", "Anki-4200", "emulator"),
                 ("android-sim", "notes-1", "sim"),
             ]
+        );
+        let expanded: std::collections::BTreeSet<String> =
+            tasks.iter().map(|t| t.kind.clone()).collect();
+        assert_eq!(
+            task_kinds(&s, &att).unwrap(),
+            expanded,
+            "the kinds local nodes are given are the kinds the tasks get"
+        );
+        let with_synthetic = spec(
+            "name='a'\ndatasets=['android-sim','synthetic:2:1']\n[[agents]]\nname='monkey'\nvariants=['default']\n",
+        );
+        assert_eq!(
+            task_kinds(&with_synthetic, &att).unwrap(),
+            ["sim", "synthetic"].map(String::from).into()
         );
         assert_eq!(tasks[0].ground_truth_actions, Some(15));
         assert_eq!(tasks[1].bug_type.as_deref(), Some("non-crash"));
