@@ -111,11 +111,8 @@ pub async fn oracle(a: OracleArgs) -> Result<()> {
     }
     let cases = swt_cases(&a.swt, &a.repos)?;
     for case in &cases {
-        if let Err(why) = case.test_file() {
-            eprintln!(
-                "oracle: {}: no golden test file to answer with ({why})",
-                case.instance_id
-            );
+        for problem in case.problems() {
+            eprintln!("oracle: {}: {problem}", case.instance_id);
         }
     }
     let swt = SwtOracle::new(cases);

@@ -40,6 +40,9 @@ pub struct OracleCase {
     issue_key: String,
     /// The golden code patch.
     patch: String,
+    /// The golden code patch's changed ranges ([`changed_ranges`]); `Err` says why it cannot be
+    /// read (then localization and root cause answer with that, never with an empty list).
+    changed: Result<Vec<(String, usize, usize)>, String>,
     /// The golden fail-to-pass tests.
     fail_to_pass: Vec<String>,
     /// The golden test file (the test patch's Python file with the most added lines) and the
@@ -58,10 +61,27 @@ impl OracleCase {
             instance_id: inst.instance_id.clone(),
             issue_key: issue_key(&inst.problem_statement),
             patch: inst.patch.clone(),
+            changed: changed_ranges(&inst.patch),
             fail_to_pass: inst.fail_to_pass.clone(),
             test_file: golden_test_file(&inst.test_patch, &file_at),
             custom_diff: custom_diff_answer(&inst.test_patch, &file_at),
         }
+    }
+
+    /// Why the oracle cannot answer some of this instance's questions as a perfect model would
+    /// (an unreadable golden patch, no golden test file, no custom diff); empty when it can.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Err(why) = &self.changed {
+            out.push(format!("the golden code patch cannot be read ({why})"));
+        }
+        if let Err(why) = &self.test_file {
+            out.push(format!("no golden test file to answer with ({why})"));
+        }
+        if let Err(why) = &self.custom_diff {
+            out.push(format!("no custom diff for zero-shot-plus ({why})"));
+        }
+        out
     }
 
     /// The golden test file's path and text, or why the oracle has none.
@@ -338,9 +358,13 @@ fn fenced(info: &str, code: &str) -> String {
     format!("{fence}{info}\n{code}{newline}{fence}\n")
 }
 
-/// The golden code patch's changed ranges: (path, first old line, last old line).
-fn changed_ranges(code_patch: &str) -> Vec<(String, usize, usize)> {
-    let files = patch::file_hunks(code_patch).unwrap_or_default();
+/// The golden code patch's changed ranges: (path, first old line, last old line); `Err` when
+/// the patch cannot be read or changes no file.
+fn changed_ranges(code_patch: &str) -> Result<Vec<(String, usize, usize)>, String> {
+    let files = patch::file_hunks(code_patch)?;
+    if files.is_empty() {
+        return Err("it changes no file".into());
+    }
     let mut out = Vec::new();
     for file in &files {
         let Some(path) = file.old.as_ref().or(file.new.as_ref()) else {
@@ -351,7 +375,7 @@ fn changed_ranges(code_patch: &str) -> Vec<(String, usize, usize)> {
             out.push((path.clone(), hunk.old_start, last));
         }
     }
-    out
+    Ok(out)
 }
 
 /// The test function of a fail-to-pass id (`tests/x.py::T::test_a[p]` → `test_a`;
@@ -364,7 +388,13 @@ fn test_function(id: &str) -> String {
 
 fn reply(case: &OracleCase, protocol: Protocol) -> String {
     let files = crate::run::golden_files(&case.patch);
-    let ranges = changed_ranges(&case.patch);
+    let ranges = match (&case.changed, protocol) {
+        (Ok(ranges), _) => ranges.as_slice(),
+        (Err(why), Protocol::ReproAgent(Stage::Localization | Stage::RootCause)) => {
+            return format!("The oracle cannot read the golden code patch of this instance: {why}");
+        }
+        (Err(_), _) => &[],
+    };
     let test = case.test_file();
     let test_path = test.map(|(p, _)| p.to_string()).unwrap_or_default();
     let test_names: Vec<String> = case.fail_to_pass.iter().map(|t| test_function(t)).collect();
@@ -484,6 +514,34 @@ mod tests {
         let loc: Value = serde_json::from_str(loc["content"].as_str().unwrap()).unwrap();
         assert_eq!(loc["files"][0]["path"], "pkg/m.py");
         assert_eq!(loc["lines"][0]["start_line"], 3);
+    }
+
+    #[test]
+    fn an_unreadable_golden_patch_is_said_not_answered_with_empty_lists() {
+        let mut inst = instance();
+        inst.patch = "diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -x,2 +3,2 @@\n def f():\n".into();
+        let case = OracleCase::of(&inst, |_| None);
+        let problems = case.problems();
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("golden code patch cannot be read")
+                    && p.contains("@@ -x,2 +3,2 @@")),
+            "{problems:?}"
+        );
+        let o = SwtOracle::new(vec![case]);
+        let issue = "Repository: o/r\n<issue>\nf() returns 1, but the docs say 2.\n</issue>";
+        for stage in [Stage::Localization, Stage::RootCause] {
+            let answer = o
+                .answer(&request(
+                    &crate::reproagent::prompts::system_prompt(stage),
+                    issue,
+                ))
+                .unwrap();
+            let text = answer["content"].as_str().unwrap();
+            assert!(text.contains("cannot read the golden code patch"), "{text}");
+        }
+        assert!(oracle().cases()[0].problems().is_empty());
     }
 
     #[test]
