@@ -701,10 +701,24 @@ fn init_tracing(default: &str) {
 }
 
 fn main() -> std::process::ExitCode {
-    // Behave like other command-line tools when piped into `head`: stop quietly on a closed pipe.
-    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    // Commands that print a listing and serve nothing behave like other command-line tools when
+    // piped into `head`: they stop quietly on a closed pipe. Every other command keeps SIGPIPE
+    // ignored (Rust's default), so a peer that hangs up on a socket is an error to handle, never
+    // a kill: with the default disposition, a client dropping its connection mid-reply (an
+    // oversized submission refused, say) killed the coordinator.
+    if matches!(
+        cli.command,
+        Command::Status(_)
+            | Command::Results(_)
+            | Command::Tables(_)
+            | Command::Compare(_)
+            | Command::Grade(_)
+            | Command::Import(_)
+    ) {
+        // SAFETY: setting a signal disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     bundled::settle_datasets_dir();
     let quiet_default = "warn";
     init_tracing(match cli.command {
