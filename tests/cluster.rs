@@ -338,38 +338,16 @@ fn a_run_no_connected_node_can_serve_names_the_kind_it_waits_for_until_one_joins
     // A node that offers another kind only: the synthetic tasks cannot go anywhere.
     c.start_node("other", "emulator=1");
     let run = c.submit("synthetic:3:10:0");
-    let token = c.token_file();
-    let live_status = |c: &Cluster| {
-        let out = c.cli(&[
-            "status",
-            &run,
-            "--json",
-            "--coordinator",
-            &c.url,
-            "--token-file",
-            token.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    let unserved = |c: &Cluster| {
+        serde_json::from_str::<Value>(&c.live_status(Some(&run))).unwrap()["unserved_kinds"].clone()
     };
     poll(
         LONG,
         "status to name the kind the run waits for",
         || c.logs(),
-        || (live_status(&c)["unserved_kinds"] == serde_json::json!(["synthetic"])).then_some(()),
+        || (unserved(&c) == serde_json::json!(["synthetic"])).then_some(()),
     );
-    let text = c.cli(&[
-        "status",
-        "--coordinator",
-        &c.url,
-        "--token-file",
-        token.to_str().unwrap(),
-    ]);
-    let text = String::from_utf8_lossy(&text.stdout);
+    let text = c.live_status(None);
     assert!(text.contains("--slots synthetic=N"), "{text}");
     c.start_node("worker", "synthetic=1");
     let s = c.wait_finished(&run, LONG);
@@ -377,5 +355,5 @@ fn a_run_no_connected_node_can_serve_names_the_kind_it_waits_for_until_one_joins
         s["succeeded"].as_u64().unwrap() + s["failed"].as_u64().unwrap(),
         3
     );
-    assert_eq!(live_status(&c)["unserved_kinds"], serde_json::json!([]));
+    assert_eq!(unserved(&c), serde_json::json!([]));
 }

@@ -361,6 +361,24 @@ fn bad_inputs_are_classified_and_the_rest_of_the_run_completes() {
 /// Runs `reprobench run` on a gold sweep of swt-mini on the docker executor (named in the sweep)
 /// with `extra` arguments; it must end within a minute (a sweep whose tasks no local node can
 /// take would wait forever), unsuccessfully.
+/// `reprobench run` of the sweep `dir/s.toml` with one local node, on the test datasets, its data,
+/// mirrors and caches in `dir`.
+fn run_sweep(dir: &std::path::Path) -> Command {
+    let mut c = Command::new(bin());
+    c.arg("run")
+        .arg(dir.join("s.toml"))
+        .args(["--local-nodes", "1"])
+        .arg("--datasets")
+        .arg(datasets())
+        .arg("--data")
+        .arg(dir.join("data"))
+        .arg("--repos")
+        .arg(dir.join("repos"))
+        .arg("--cache-dir")
+        .arg(dir.join("cache"));
+    c
+}
+
 fn refused_run(extra: &[&str]) -> String {
     let dir = scratch();
     std::fs::write(
@@ -368,17 +386,8 @@ fn refused_run(extra: &[&str]) -> String {
         "name = \"kinds\"\ndatasets = [\"swt-mini\"]\n[[agents]]\nname = \"gold\"\n[eval]\nexecutor = \"docker\"\n",
     )
     .unwrap();
-    let mut child = Command::new(bin())
-        .arg("run")
-        .arg(dir.path().join("s.toml"))
-        .args(["--local-nodes", "1"])
+    let mut child = run_sweep(dir.path())
         .args(extra)
-        .arg("--datasets")
-        .arg(datasets())
-        .arg("--data")
-        .arg(dir.path().join("data"))
-        .arg("--repos")
-        .arg(dir.path().join("repos"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -440,19 +449,9 @@ fn run_chooses_the_executor_as_eval_does_when_the_sweep_names_none() {
     )
     .unwrap();
     // Docker cannot run here (no such base image), so the process executor is chosen, and said.
-    let out = Command::new(bin())
-        .arg("run")
-        .arg(dir.path().join("s.toml"))
-        .args(["--local-nodes", "1", "--json"])
+    let out = run_sweep(dir.path())
+        .arg("--json")
         .args(["--base-image", "reprobench-test/no-such-image:0"])
-        .arg("--datasets")
-        .arg(datasets())
-        .arg("--data")
-        .arg(dir.path().join("data"))
-        .arg("--repos")
-        .arg(dir.path().join("repos"))
-        .arg("--cache-dir")
-        .arg(dir.path().join("cache"))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);

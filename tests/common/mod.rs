@@ -284,6 +284,24 @@ impl Cluster {
         serde_json::from_slice(&out.stdout).expect("status json")
     }
 
+    /// `status` asked of the live coordinator over the protocol (not read from the store):
+    /// RUN's as JSON with `Some(run)`, else the text listing.
+    pub fn live_status(&self, run: Option<&str>) -> String {
+        let token = self.token_file();
+        let mut args = vec!["status"];
+        args.extend(run.iter().flat_map(|r| [*r, "--json"]));
+        args.extend(["--coordinator", &self.url, "--token-file"]);
+        args.push(token.to_str().unwrap());
+        args.extend(self.client_args.iter().map(String::as_str));
+        let out = self.cli(&args);
+        assert!(
+            out.status.success(),
+            "status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     pub fn done(status: &Value) -> u64 {
         ["succeeded", "failed", "errored"]
             .iter()

@@ -149,12 +149,7 @@ fn expand_android(
     backbones: &[String],
     tasks: &mut Vec<NewTask>,
 ) -> Result<(), ExpandError> {
-    let rows: Vec<AndroidRow> = rows
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(serde_json::from_str)
-        .collect::<Result<_, _>>()
-        .map_err(|e| ExpandError(format!("attached rows of `{dataset}` are invalid: {e}")))?;
+    let rows = android_rows(dataset, rows)?;
     for (i, row) in rows.iter().enumerate() {
         reprobench_domain::ids::checked("instance_id", &row.instance_id)
             .map_err(|e| ExpandError(format!("attached row {} of `{dataset}`: {e}", i + 1)))?;
@@ -222,12 +217,11 @@ pub fn task_kinds(
     let mut kinds = std::collections::BTreeSet::new();
     for dataset in &spec.datasets {
         if let Some(rows) = attachments.get(&android::android_rows_key(dataset)) {
-            for line in rows.lines().filter(|l| !l.trim().is_empty()) {
-                let row: AndroidRow = serde_json::from_str(line).map_err(|e| {
-                    ExpandError(format!("attached rows of `{dataset}` are invalid: {e}"))
-                })?;
-                kinds.insert(android_kind(&row).to_string());
-            }
+            kinds.extend(
+                android_rows(dataset, rows)?
+                    .iter()
+                    .map(|row| android_kind(row).to_string()),
+            );
         } else if SyntheticDataset::parse(dataset).is_some() {
             kinds.insert("synthetic".to_string());
         } else {
@@ -235,6 +229,15 @@ pub fn task_kinds(
         }
     }
     Ok(kinds)
+}
+
+/// The attached android rows of `dataset` (JSON lines, blank lines skipped).
+fn android_rows(dataset: &str, rows: &str) -> Result<Vec<AndroidRow>, ExpandError> {
+    rows.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .map_err(|e| ExpandError(format!("attached rows of `{dataset}` are invalid: {e}")))
 }
 
 /// The executor kind of an android row: real apps run on emulators, simulator suites on `sim`.
