@@ -914,11 +914,41 @@ fn slice_eval(
     Ok((serde_json::from_slice(&out.stdout)?, wall))
 }
 
-/// Per-execution figures of a run's reports: (executions run, not from the cache; harness
-/// overhead ms and test command ms of each).
-fn execution_figures(v: &serde_json::Value) -> (usize, Vec<f64>, Vec<f64>) {
+/// Per-execution figures of a run's reports: executions run (not from the cache), the harness
+/// overhead ms and test command ms of each, and the ms of each phase summed over them.
+pub(crate) struct ExecutionFigures {
+    pub(crate) run: usize,
+    overhead: Vec<f64>,
+    test: Vec<f64>,
+    phases: Vec<(String, f64)>,
+}
+
+impl ExecutionFigures {
+    /// `Σ test-command time / (wall × slots)`: the share of the slots' time the tests ran.
+    pub(crate) fn efficiency(&self, wall_s: f64, slots: usize) -> f64 {
+        self.test.iter().sum::<f64>() / (wall_s * 1000.0 * slots.max(1) as f64)
+    }
+
+    /// The phases' total ms, in the order they first appeared, with their share of all.
+    pub(crate) fn phases_json(&self) -> serde_json::Value {
+        let all: f64 = self.phases.iter().map(|(_, ms)| ms).sum();
+        self.phases
+            .iter()
+            .map(|(name, ms)| {
+                serde_json::json!({
+                    "phase": name,
+                    "total_s": (ms / 100.0).round() / 10.0,
+                    "share": if all > 0.0 { (ms / all * 1000.0).round() / 1000.0 } else { 0.0 },
+                })
+            })
+            .collect()
+    }
+}
+
+pub(crate) fn execution_figures(v: &serde_json::Value) -> ExecutionFigures {
     let reports = std::path::PathBuf::from(v["reports"].as_str().unwrap_or_default());
     let (mut run, mut overhead, mut test) = (0, Vec::new(), Vec::new());
+    let mut phases: Vec<(String, f64)> = Vec::new();
     for entry in std::fs::read_dir(&reports).into_iter().flatten().flatten() {
         let Ok(text) = std::fs::read_to_string(entry.path().join("report.json")) else {
             continue;
@@ -935,6 +965,15 @@ fn execution_figures(v: &serde_json::Value) -> (usize, Vec<f64>, Vec<f64>) {
                 continue;
             }
             run += 1;
+            for t in e["timings"].as_array().into_iter().flatten() {
+                let (Some(name), Some(ms)) = (t["phase"].as_str(), t["ms"].as_f64()) else {
+                    continue;
+                };
+                match phases.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, total)) => *total += ms,
+                    None => phases.push((name.to_string(), ms)),
+                }
+            }
             if let (Some(cmd), Some(over), Some(t)) = (
                 e["command_ms"].as_f64(),
                 e["overhead_ms"].as_f64(),
@@ -945,7 +984,12 @@ fn execution_figures(v: &serde_json::Value) -> (usize, Vec<f64>, Vec<f64>) {
             }
         }
     }
-    (run, overhead, test)
+    ExecutionFigures {
+        run,
+        overhead,
+        test,
+        phases,
+    }
 }
 
 /// Bytes under a directory (`du -sb`), 0 when it cannot be read.
@@ -996,6 +1040,39 @@ fn now_unix() -> u64 {
 }
 
 /// Disk the engine's images use, each layer counted once (`docker system df`), in bytes.
+/// The Docker engine's own floor for one container on this machine: the median wall time (ms)
+/// of `docker run --rm --network none IMAGE true`, `n` times, the CLI's start included; `None`
+/// when docker cannot run it.
+fn engine_floor_ms(image: &str, n: usize) -> Option<f64> {
+    let mut walls = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        let status = std::process::Command::new("docker")
+            .args(["run", "--rm", "--network", "none", image, "true"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .ok()?;
+        if !status.success() {
+            return None;
+        }
+        walls.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Some(median(walls))
+}
+
+/// The engine's floor, measured now, and the harness's median overhead per execution as a
+/// multiple of it (docker only; nulls otherwise).
+fn engine_floor_json(executor: &str, overhead_ms_median: f64) -> serde_json::Value {
+    let floor = (executor == "docker")
+        .then(|| engine_floor_ms(reprobench_sandbox::docker::DEFAULT_BASE_IMAGE, 15))
+        .flatten();
+    serde_json::json!({
+        "engine_floor_ms_median": floor,
+        "overhead_over_engine_floor": floor.map(|f| overhead_ms_median / f),
+    })
+}
+
 fn image_bytes() -> u64 {
     let out = std::process::Command::new("docker")
         .args(["system", "df", "--format", "{{.Type}}\t{{.Size}}"])
@@ -1132,11 +1209,19 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             a.nodes
         ));
         let (gold, wall) = slice_eval(&root, &rows, "gold", &executor, a.nodes, "data-gold", &[])?;
-        let (run, overhead, test) = execution_figures(&gold);
+        let figures = execution_figures(&gold);
+        let ExecutionFigures {
+            run,
+            overhead,
+            test,
+            ..
+        } = &figures;
         let (overhead_ms_median, test_ms_median) = (median(overhead.clone()), median(test.clone()));
         let (overhead_sum, test_sum): (f64, f64) = (overhead.iter().sum(), test.iter().sum());
         let v = serde_json::json!({
             "executions_run": run,
+            "efficiency": figures.efficiency(wall, a.nodes as usize),
+            "phases": figures.phases_json(),
             "overhead_ms_median": overhead_ms_median,
             "test_ms_median": test_ms_median,
             "overhead_ratio_median": overhead_ms_median / test_ms_median,
@@ -1152,6 +1237,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             "mean_coverage_delta": gold["mean_coverage_delta"],
             "by_repo": gold_by_repo(&gold),
             "reports": gold["reports"],
+            "engine": engine_floor_json(&executor, overhead_ms_median),
         });
         return finish_slice(&root, a.work.is_none(), &v, a.json);
     }
@@ -1206,9 +1292,11 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         }
         Err(_) => serde_json::Value::Null,
     };
-    let (run_cold, _, _) = execution_figures(&cold);
-    let (_, overhead, test) = execution_figures(&warm1);
-    let (run_preds, _, _) = execution_figures(&preds);
+    let run_cold = execution_figures(&cold).run;
+    let warm_figures = execution_figures(&warm1);
+    let (overhead, test) = (&warm_figures.overhead, &warm_figures.test);
+    let preds_figures = execution_figures(&preds);
+    let run_preds = preds_figures.run;
     let (overhead_ms_median, test_ms_median) = (median(overhead.clone()), median(test.clone()));
     let (overhead_sum, test_sum): (f64, f64) = (overhead.iter().sum(), test.iter().sum());
     let disk = if executor == "docker" {
@@ -1233,6 +1321,10 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "executions_per_instance_gold_cold": run_cold as f64 / instances.max(1) as f64,
         "executions_per_instance_new_prediction": run_preds as f64 / instances.max(1) as f64,
         "wall_new_predictions_s": wall_preds,
+        "new_predictions_efficiency": preds_figures.efficiency(wall_preds, 1),
+        "new_predictions_phases": preds_figures.phases_json(),
+        "warm_1_node_efficiency": warm_figures.efficiency(wall_warm_1, 1),
+        "warm_1_node_phases": warm_figures.phases_json(),
         "new_predictions_resolved": preds["resolved"],
         "new_predictions_mean_coverage": preds["mean_coverage"],
         "new_predictions_mean_coverage_delta": preds["mean_coverage_delta"],
@@ -1242,6 +1334,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "test_ms_median": test_ms_median,
         "overhead_ratio_median": overhead_ms_median / test_ms_median,
         "overhead_ratio_total": overhead_sum / test_sum,
+        "engine": engine_floor_json(&executor, overhead_ms_median),
         "environment_disk_bytes": disk,
         "image_budget_gb": crate::SwtNodeArgs::defaults().image_budget_gb,
         "images_evicted": if executor == "docker" { images_evicted_since(started_unix) } else { Vec::new() },

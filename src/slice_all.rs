@@ -429,7 +429,22 @@ pub fn run(o: &AllOptions) -> Result<()> {
                 )
             })?;
             match r {
-                Ok(r) => pred_reports = reports(&r),
+                Ok(r) => {
+                    // With gold and base cached: how much of the slots' time the tests ran,
+                    // where the rest went, and how many executions a prediction cost.
+                    let figures = crate::bench::execution_figures(&r);
+                    let wall = walls
+                        .0
+                        .get(&format!("{walls_key}/predictions"))
+                        .copied()
+                        .unwrap_or(0.0);
+                    row["predictions_efficiency"] =
+                        figures.efficiency(wall, o.nodes as usize).into();
+                    row["predictions_phases"] = figures.phases_json();
+                    pred_reports = reports(&r);
+                    row["predictions_executions_per_instance"] =
+                        (figures.run as f64 / pred_reports.len().max(1) as f64).into();
+                }
                 Err(e) => {
                     say(format!("{} predictions: {e:#}", repo.name));
                     row["predictions_error"] = format!("{e:#}").into();

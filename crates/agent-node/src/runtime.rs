@@ -377,6 +377,22 @@ pub async fn run_node(
                 );
             }
             tracing::info!(node = %node.cfg.node_id, "drained; stopping");
+            // What executions left for later (containers being removed), within a bound: a
+            // node that cannot finish it leaves it to the next one to start here.
+            let executors: Vec<_> = node.executors.values().cloned().collect();
+            let settled = async move {
+                for e in executors {
+                    e.settle().await;
+                }
+            };
+            if tokio::time::timeout(Duration::from_secs(60), settled)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    "stopping before the executors finished cleaning up; the next node to start here removes what is left"
+                );
+            }
             return Ok(());
         }
         if node.conn.is_none() && Instant::now() >= next_connect {

@@ -134,6 +134,21 @@ pub struct ExecRecord {
     /// The output outgrew the execution's cap: its middle was left out of the log.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_truncated: bool,
+    /// Where the execution's time went, phase by phase in the order they ran (the sandbox's
+    /// phases: for docker `create`, `attach`, `boot`, `copy`, `stage`, `unpack`, `command`,
+    /// `exit`, `output`; for process `workdir`, `copy`, `stage`, `unpack`, `command`,
+    /// `collect`, `cleanup`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timings: Vec<PhaseTiming>,
+}
+
+/// One phase of an execution in a report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PhaseTiming {
+    /// The phase's name.
+    pub phase: String,
+    /// Milliseconds it took.
+    pub ms: f64,
 }
 
 /// A cached gold or base execution: its record, its log and its coverage counts.
@@ -293,6 +308,14 @@ impl SwtExecutor {
                 .then_some(out.command_time.as_millis() as u64),
             cached: false,
             output_truncated: out.output_truncated,
+            timings: out
+                .phases
+                .iter()
+                .map(|p| PhaseTiming {
+                    phase: p.name.to_string(),
+                    ms: (p.took.as_secs_f64() * 1e4).round() / 10.0,
+                })
+                .collect(),
         };
         let exec = Execution {
             record,
@@ -916,6 +939,10 @@ fn charge(o: &mut Outcome, p: &AgentProduct) {
 impl Executor for SwtExecutor {
     fn kind(&self) -> ExecutorKind {
         self.sandbox.kind()
+    }
+
+    fn settle(&self) -> BoxFuture<()> {
+        self.sandbox.settle()
     }
 
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd> {

@@ -56,6 +56,10 @@ pub trait Executor: Send + Sync {
     fn kind(&self) -> ExecutorKind;
     /// Runs one attempt to its end. Must return promptly after `ctx.cancel` fires.
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd>;
+    /// Finishes what attempts left for later (nothing by default), before the node stops.
+    fn settle(&self) -> BoxFuture<()> {
+        Box::pin(async {})
+    }
 }
 
 /// An attempt that ended in an error of `class` (infra errors are retried, bad input is not).

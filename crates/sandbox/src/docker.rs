@@ -13,7 +13,7 @@
 //! and no new privileges: the inputs come in on its standard input, the tree is prepared out of
 //! the command's sight and sealed ([`crate::stage`]) into a size-limited tmpfs at `/work`, the
 //! command runs as an unprivileged user, and the container is removed afterwards whatever
-//! happens. A sandbox that connects removes the containers that crashed nodes left behind.
+//! happens (in the background once it has stopped and its output is in). A sandbox that connects removes the containers that crashed nodes left behind.
 //!
 //! Images are tagged by the recipe's key and a hash of the layer's Dockerfile (its parent, script
 //! and labels) and small context files, so a tag that exists is up to date, also after
@@ -227,6 +227,8 @@ struct Inner {
     evicting: tokio::sync::Mutex<()>,
     /// Limits the engine said it does not enforce, warned about once each.
     limit_warnings: run::LimitWarnings,
+    /// Containers of finished executions being removed in the background.
+    removals: run::Removals,
 }
 
 impl DockerSandbox {
@@ -243,6 +245,7 @@ impl DockerSandbox {
                 usage: Mutex::new(usage),
                 evicting: tokio::sync::Mutex::default(),
                 limit_warnings: run::LimitWarnings::default(),
+                removals: run::Removals::default(),
             }),
         })
     }
@@ -255,6 +258,12 @@ impl DockerSandbox {
     /// The engine connection (for tools and tests that inspect what the sandbox left behind).
     pub fn engine(&self) -> &Docker {
         &self.inner.docker
+    }
+
+    /// Waits until the containers of finished executions, removed in the background, are gone:
+    /// the sandbox leaves nothing behind.
+    pub async fn settle(&self) {
+        Sandbox::settle(self).await
     }
 
     /// Python major.minor of the base image (asked once by running it).
@@ -296,6 +305,11 @@ impl Sandbox for DockerSandbox {
         let inner = self.inner.clone();
         let prepared = prepared.clone();
         Box::pin(async move { inner.exec(prepared, req).await })
+    }
+
+    fn settle(&self) -> BoxFuture<()> {
+        let inner = self.inner.clone();
+        Box::pin(async move { inner.settle().await })
     }
 }
 
@@ -365,7 +379,14 @@ impl Inner {
         };
         let _pins = Pins::new(&[&image]);
         self.touch(&[&image]);
-        run::exec(&self.docker, &image, req, &self.limit_warnings).await
+        run::exec(
+            &self.docker,
+            &image,
+            req,
+            &self.limit_warnings,
+            &self.removals,
+        )
+        .await
     }
 
     /// The image the env layer starts from and the interpreter it makes the venv with: the base
@@ -432,7 +453,7 @@ impl Inner {
         self.base_python
             .get_or_try_init(|| async {
                 require_base(&self.docker, base).await?;
-                run::python_version(&self.docker, base, &self.limit_warnings).await
+                run::python_version(&self.docker, base, &self.limit_warnings, &self.removals).await
             })
             .await
             .cloned()
@@ -454,6 +475,10 @@ impl Inner {
         }
     }
 
+    async fn settle(&self) {
+        self.removals.settle().await;
+    }
+
     async fn enforce_budget(&self) {
         let _one = self.evicting.lock().await;
         let images = match self.cached_images().await {
@@ -467,6 +492,8 @@ impl Inner {
         if plan.is_empty() {
             return;
         }
+        // The engine refuses to remove an image a container still uses, a stopped one too.
+        self.settle().await;
         let total: u64 = images.iter().map(|i| i.own_bytes).sum();
         info!(
             total_mb = total >> 20,

@@ -408,6 +408,19 @@ pub struct ExecOutput {
     pub command_time: Duration,
     /// Time the harness itself spent around it (copies, patches, sealing, start, cleanup).
     pub overhead: Duration,
+    /// Where the execution's wall time went, phase by phase in the order they ran (the
+    /// command among them); phases the sandbox could not time are left out.
+    pub phases: Vec<Phase>,
+}
+
+/// One phase of an execution and how long it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phase {
+    /// What ran: for example `copy` (the checkout into the stage), `stage` (files, patches,
+    /// seal), `unpack` (the sealed tree into the command's tmpfs), `command`.
+    pub name: &'static str,
+    /// How long it took.
+    pub took: Duration,
 }
 
 /// Sandbox failures, classified for the scheduler.
@@ -463,6 +476,11 @@ pub trait Sandbox: Send + Sync {
         prepared: &Prepared,
         req: ExecRequest,
     ) -> crate::BoxFuture<Result<ExecOutput, SandboxError>>;
+    /// Finishes what executions left for later (docker: containers being removed or made
+    /// ahead), so the sandbox leaves nothing behind; for a node that stops.
+    fn settle(&self) -> crate::BoxFuture<()> {
+        Box::pin(async {})
+    }
 }
 
 /// Rejects paths that are absolute or climb out of the work directory.

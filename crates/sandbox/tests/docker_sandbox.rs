@@ -329,9 +329,24 @@ async fn prepare_builds_each_layer_once_and_exec_runs_the_tests() {
         out.command_time > Duration::ZERO && out.overhead > Duration::ZERO,
         "{out:?}"
     );
+    // The timeline: every phase in the order it ran, the command's the command's time.
+    let names: Vec<&str> = out.phases.iter().map(|p| p.name).collect();
+    assert_eq!(
+        names,
+        [
+            "create", "attach", "boot", "copy", "stage", "unpack", "command", "exit", "output"
+        ]
+    );
+    let command = out.phases.iter().find(|p| p.name == "command").unwrap();
+    assert_eq!(command.took, out.command_time);
+    let total: Duration = out.phases.iter().map(|p| p.took).sum();
+    assert!(
+        total <= out.command_time + out.overhead + Duration::from_millis(50),
+        "the phases ({total:?}) fit in the execution's wall time: {out:?}"
+    );
     eprintln!(
-        "unittest: command {:?}, overhead {:?}",
-        out.command_time, out.overhead
+        "unittest: command {:?}, overhead {:?}, phases {:?}",
+        out.command_time, out.overhead, out.phases
     );
 
     // In /work, a git repository whose one commit is the tree (the pre_install's file in it),
@@ -538,15 +553,18 @@ async fn timeout_kills_everything_and_the_container_is_removed() {
         took < Duration::from_secs(30),
         "the exec returns soon after the timeout: {took:?}"
     );
+    // Removal goes on in the background once the container has stopped.
+    sb.settle().await;
     assert_eq!(
         our_containers(&sb, image).await,
         Vec::<String>::new(),
         "the container is gone"
     );
 
-    // A finished exec leaves nothing either.
+    // A finished exec leaves nothing either, once its removal in the background is done.
     let out = sb.exec(&prepared, request(&["true"])).await.unwrap();
     assert_ran(&out, 0);
+    sb.settle().await;
     assert_eq!(our_containers(&sb, image).await, Vec::<String>::new());
     remove_image(&sb, image).await;
 }

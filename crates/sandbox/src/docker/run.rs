@@ -2,8 +2,9 @@
 //!
 //! The container starts as root with a handful of capabilities and reads its inputs from its
 //! standard input (an archive: the script, the patches, the files, the support files), never
-//! from a mount. The script copies the repository to `/stage` (a tmpfs only root can enter),
-//! writes the files, applies the patches and seals the tree ([`crate::stage`]), unpacks it into
+//! from a mount. The script copies the repository to `/stage` (a tmpfs only root can enter;
+//! through a tar pipe, which keeps owners, modes and times as `cp -a` does, in a sixth of its
+//! time on the image's overlay), writes the files, applies the patches and seals the tree ([`crate::stage`]), unpacks it into
 //! `/work` (a tmpfs of its own, owned by the test's user) in name order, removes the stage, and
 //! then runs the command as an unprivileged user ([`TEST_UID`]) that can gain no privilege. The
 //! script's marker lines carry a nonce that only root's script holds, so the command cannot
@@ -159,14 +160,17 @@ fn script(nonce: &str, req: &ExecRequest) -> String {
     let mut s = format!(
         "N={nonce}\nU={TEST_UID}\nexec 2>&1\n\
          failed() {{ echo \"REPROBENCH-$N SETUP-FAILED $1\"; exit {SETUP_FAILED}; }}\n\
-         mkdir /stage/repo && cp -a {WORKDIR}/. /stage/repo/ || failed 'copying the repository'\n\
-         if [ -d /stage/in/files ]; then cp -a /stage/in/files/. /stage/repo/ || failed 'writing the files'; fi\n"
+         phase() {{ echo \"REPROBENCH-$N PHASE $1 $(date +%s%N)\"; }}\n\
+         phase boot\n\
+         mkdir /stage/repo && tar -C {WORKDIR} -cf - . | tar -C /stage/repo -xpf - || failed 'copying the repository'\n\
+         if [ -d /stage/in/files ]; then cp -a /stage/in/files/. /stage/repo/ || failed 'writing the files'; fi\n\
+         phase copy\n"
     );
     // In a subshell: nothing the stage sets reaches the command.
     s.push_str("(\ncd /stage/repo || exit 1\n");
     s.push_str(stage::FUNCTIONS);
     s.push_str(&stage::steps(&patches, "/stage/seal"));
-    s.push_str(")\ncd /stage/repo || failed 'entering the stage'\n");
+    s.push_str(")\ncd /stage/repo || failed 'entering the stage'\nphase stage\n");
     s.push_str(&format!(
         "tar {} | (cd /work && tar -x -p -f -) || failed 'unpacking the tree into /work'\n\
          cd / && rm -rf /stage/repo /stage/seal\n\
@@ -236,6 +240,7 @@ pub(super) async fn exec(
     image: &str,
     req: ExecRequest,
     warnings: &LimitWarnings,
+    removals: &Removals,
 ) -> Result<ExecOutput, SandboxError> {
     let begun = Instant::now();
     if req.command.is_empty() {
@@ -276,8 +281,10 @@ pub(super) async fn exec(
         spec,
         Framer::new(&nonce, req.limits.max_output_bytes),
         warnings,
+        removals,
     )
     .await?;
+    let times = ran.times;
     let parts = ran.output.finish();
     let staged = stage::read(&parts.setup, &nonce);
     if !parts.started {
@@ -303,6 +310,7 @@ pub(super) async fn exec(
         Some(ns) => Duration::from_nanos(ns),
         None => ran.ran_for,
     };
+    let phases = timeline(&times, &parts);
     Ok(ExecOutput {
         exit_code: if ran.timed_out { None } else { ran.exit_code },
         timed_out: ran.timed_out,
@@ -314,8 +322,34 @@ pub(super) async fn exec(
         collected: parts.collected,
         command_time,
         overhead: begun.elapsed().saturating_sub(command_time),
+        phases,
     })
 }
+
+/// An execution's phases from the host's times and the script's marks: creating and attaching
+/// to the container, its start up to the script, the copy, the stage, the unpacking, the
+/// command, its exit as the engine reported it, and the end of its output. Phases whose ends
+/// are not known (the script did not get that far) are left out.
+fn timeline(host: &HostTimes, framed: &Framed) -> Vec<crate::Phase> {
+    let phase = |name, took| crate::Phase { name, took };
+    let mut out = vec![phase("create", host.create), phase("attach", host.attach)];
+    let mut ends: Vec<(&'static str, u64)> = framed.marks.clone();
+    ends.extend(framed.start_ns.map(|t| ("unpack", t)));
+    ends.extend(framed.end_ns.map(|t| ("command", t)));
+    ends.push(("exit", host.exit_seen_ns));
+    let mut last = host.start_requested_ns;
+    for (name, end) in ends {
+        out.push(phase(name, Duration::from_nanos(end.saturating_sub(last))));
+        last = last.max(end);
+    }
+    out.push(phase("output", host.output_wait));
+    out
+}
+
+/// The phases the root script marks as each ends, in order: the container's start up to the
+/// script (`boot`), the repository's copy into the stage (`copy`), files, patches and seal
+/// (`stage`); the tree's unpacking into `/work` ends at the command's start.
+const SCRIPT_PHASES: [&str; 3] = ["boot", "copy", "stage"];
 
 /// The longest line read as a marker; longer lines beginning like one are output.
 const MAX_MARKER_LINE: usize = 1 << 16;
@@ -338,6 +372,9 @@ struct Framer {
     ended: bool,
     start_ns: Option<u64>,
     test_ns: Option<u64>,
+    end_ns: Option<u64>,
+    /// The root script's phase marks before the command: (phase, when it ended in ns).
+    marks: Vec<(&'static str, u64)>,
     /// The current line's beginning, held while it may be a marker.
     line: Vec<u8>,
     holding: bool,
@@ -356,6 +393,8 @@ impl Framer {
             ended: false,
             start_ns: None,
             test_ns: None,
+            end_ns: None,
+            marks: Vec::new(),
             line: Vec::new(),
             holding: false,
             at_line_start: true,
@@ -416,10 +455,17 @@ impl Framer {
             }
             ["END", _, t] if self.started && !self.ended => {
                 self.ended = true;
+                self.end_ns = t.parse::<u64>().ok();
                 self.test_ns = self
                     .start_ns
-                    .zip(t.parse::<u64>().ok())
+                    .zip(self.end_ns)
                     .map(|(a, b)| b.saturating_sub(a));
+            }
+            ["PHASE", name, t] if !self.started => {
+                let name = SCRIPT_PHASES.iter().copied().find(|p| p == name);
+                if let (Some(name), Ok(t)) = (name, t.parse::<u64>()) {
+                    self.marks.push((name, t));
+                }
             }
             ["COLLECT", chunk] if self.ended => {
                 self.collecting = true;
@@ -445,6 +491,9 @@ impl Framer {
             test: String::from_utf8_lossy(&test).into_owned(),
             test_truncated: truncated,
             test_ns: self.test_ns,
+            marks: self.marks,
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
             collected: self
                 .collecting
                 .then(|| {
@@ -470,6 +519,11 @@ struct Framed {
     test_truncated: bool,
     /// Nanoseconds the command ran, by the container's clock.
     test_ns: Option<u64>,
+    /// The root script's phase marks before the command (unix ns when each ended).
+    marks: Vec<(&'static str, u64)>,
+    /// When the command started and ended (unix ns).
+    start_ns: Option<u64>,
+    end_ns: Option<u64>,
     /// The collected file, when printed.
     collected: Option<Vec<u8>>,
 }
@@ -479,6 +533,7 @@ pub(super) async fn python_version(
     docker: &Docker,
     image: &str,
     warnings: &LimitWarnings,
+    removals: &Removals,
 ) -> Result<String, SandboxError> {
     let limits = Limits {
         disk_mb: 16,
@@ -499,7 +554,14 @@ pub(super) async fn python_version(
         stdin: None,
         execution: false,
     };
-    let ran = run(docker, spec, CappedOutput::new(64 << 10), warnings).await?;
+    let ran = run(
+        docker,
+        spec,
+        CappedOutput::new(64 << 10),
+        warnings,
+        removals,
+    )
+    .await?;
     let (bytes, _) = ran.output.finish();
     let text = String::from_utf8_lossy(&bytes);
     let version = text.trim();
@@ -552,6 +614,74 @@ struct Ran<S> {
     timed_out: bool,
     /// From start to exit or kill.
     ran_for: Duration,
+    /// The container's life as the host saw it.
+    times: HostTimes,
+}
+
+/// The host's times of a container's life.
+#[derive(Debug, Default, Clone, Copy)]
+struct HostTimes {
+    /// Creating it.
+    create: Duration,
+    /// Attaching to its output.
+    attach: Duration,
+    /// When it was asked to start (unix ns).
+    start_requested_ns: u64,
+    /// When its exit was seen (unix ns).
+    exit_seen_ns: u64,
+    /// Waiting for the end of its output after the exit.
+    output_wait: Duration,
+}
+
+/// Now, in nanoseconds since the unix epoch (the clock the container's `date +%s%N` reads).
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// How many removals may run in the background before an execution waits for its own.
+const MAX_PENDING_REMOVALS: usize = 8;
+
+/// Execution containers being removed off the executions' critical path: an execution
+/// returns once its container has stopped and its output is in, and the removal goes on in
+/// the background. Their count, so eviction and tests can wait until none is left; a node
+/// that ends before they finish leaves stopped containers, which the next sandbox to connect
+/// removes ([`remove_leftovers`]).
+#[derive(Debug, Clone)]
+pub(super) struct Removals {
+    pending: Arc<tokio::sync::watch::Sender<usize>>,
+}
+
+impl Default for Removals {
+    fn default() -> Removals {
+        Removals {
+            pending: Arc::new(tokio::sync::watch::channel(0).0),
+        }
+    }
+}
+
+impl Removals {
+    /// Removes `container`: in the background, unless too many removals are pending already
+    /// (then now, so they never pile up).
+    async fn remove(&self, mut container: Container) {
+        if *self.pending.borrow() >= MAX_PENDING_REMOVALS {
+            container.remove_logged().await;
+            return;
+        }
+        self.pending.send_modify(|n| *n += 1);
+        let pending = self.pending.clone();
+        tokio::spawn(async move {
+            container.remove_logged().await;
+            pending.send_modify(|n| *n = n.saturating_sub(1));
+        });
+    }
+
+    /// Waits until no removal is pending.
+    pub(super) async fn settle(&self) {
+        let mut pending = self.pending.subscribe();
+        let _ = pending.wait_for(|n| *n == 0).await;
+    }
 }
 
 /// Creates, runs, and removes one container, its output going to `sink`.
@@ -560,19 +690,22 @@ async fn run<S: Sink>(
     spec: Spec<'_>,
     sink: S,
     warnings: &LimitWarnings,
+    removals: &Removals,
 ) -> Result<Ran<S>, SandboxError> {
-    let id = create(docker, &spec, warnings).await?;
-    let mut container = Container {
+    let creating = Instant::now();
+    let container = Container {
         docker: docker.clone(),
-        id,
+        id: create(docker, &spec, warnings).await?,
         removed: false,
     };
+    let create = creating.elapsed();
     let driven = drive(docker, &container.id, &spec, sink).await;
     // Removed on every path: here when we get this far, by the guard's Drop when cancelled.
-    if let Err(e) = container.remove().await {
-        warn!(container = %container.id, error = %e, "cannot remove execution container");
-    }
-    driven
+    removals.remove(container).await;
+    driven.map(|mut ran| {
+        ran.times.create = create;
+        ran
+    })
 }
 
 /// A limit the engine may refuse to set on this kernel.
@@ -767,6 +900,13 @@ struct Container {
 }
 
 impl Container {
+    /// Removes it, saying so in the log when the engine would not.
+    async fn remove_logged(&mut self) {
+        if let Err(e) = self.remove().await {
+            warn!(container = %self.id, error = %e, "cannot remove execution container");
+        }
+    }
+
     async fn remove(&mut self) -> Result<(), EngineError> {
         self.removed = true;
         let options = RemoveContainerOptionsBuilder::new()
@@ -818,6 +958,7 @@ async fn drive<S: Sink>(
         .stdout(true)
         .stderr(true)
         .build();
+    let attaching = Instant::now();
     // Attached before start, so no output is missed.
     let attached = docker
         .attach_container(id, Some(options))
@@ -838,7 +979,9 @@ async fn drive<S: Sink>(
     let _stop_reader = AbortOnDrop(reader.abort_handle());
     // Kept open until the end: closing it may end the attached connection.
     let mut input = attached.input;
+    let attach = attaching.elapsed();
 
+    let start_requested_ns = unix_ns();
     docker
         .start_container(id, None)
         .await
@@ -875,6 +1018,8 @@ async fn drive<S: Sink>(
         }
     };
     let ran_for = started.elapsed();
+    let exit_seen_ns = unix_ns();
+    let exited = Instant::now();
     // The attach stream ends once the container has stopped; do not wait forever for it.
     if tokio::time::timeout(OUTPUT_GRACE, &mut reader)
         .await
@@ -882,6 +1027,7 @@ async fn drive<S: Sink>(
     {
         warn!(container = %id, "output did not end after the container stopped; keeping what came");
     }
+    let output_wait = exited.elapsed();
     drop(input);
     if exit_code == Some(137) && !timed_out {
         let oom = docker
@@ -903,6 +1049,13 @@ async fn drive<S: Sink>(
         exit_code,
         timed_out,
         ran_for,
+        times: HostTimes {
+            create: Duration::ZERO,
+            attach,
+            start_requested_ns,
+            exit_seen_ns,
+            output_wait,
+        },
     })
 }
 
@@ -974,6 +1127,46 @@ mod tests {
         assert_eq!(
             (p.test.as_str(), p.test_ns, p.collected),
             ("still running\nREPROB", None, None)
+        );
+    }
+
+    #[test]
+    fn the_scripts_phase_marks_make_the_timeline_and_forged_ones_are_output() {
+        let text = "REPROBENCH-n1 PHASE boot 1100\nREPROBENCH-n1 PHASE copy 1300\n\
+                    REPROBENCH-x PHASE stage 1\nREPROBENCH-n1 PHASE stage 1600\n\
+                    REPROBENCH-n1 START 2000\nREPROBENCH-n1 PHASE stage 9\n\
+                    REPROBENCH-n1 END 0 7000\n";
+        let f = framed(&[text], 1 << 20);
+        assert_eq!(f.marks, [("boot", 1100), ("copy", 1300), ("stage", 1600)]);
+        assert_eq!(
+            f.test, "REPROBENCH-n1 PHASE stage 9\n",
+            "a mark after the start is the test's"
+        );
+        assert!(f.setup.contains("REPROBENCH-x PHASE stage 1"));
+        let host = HostTimes {
+            create: Duration::from_nanos(40),
+            attach: Duration::from_nanos(5),
+            start_requested_ns: 1000,
+            exit_seen_ns: 7300,
+            output_wait: Duration::from_nanos(20),
+        };
+        let timeline: Vec<(&str, u64)> = timeline(&host, &f)
+            .iter()
+            .map(|p| (p.name, p.took.as_nanos() as u64))
+            .collect();
+        assert_eq!(
+            timeline,
+            [
+                ("create", 40),
+                ("attach", 5),
+                ("boot", 100),
+                ("copy", 200),
+                ("stage", 300),
+                ("unpack", 400),
+                ("command", 5000),
+                ("exit", 300),
+                ("output", 20)
+            ]
         );
     }
 

@@ -566,10 +566,12 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
 /// Runs one execution of `req` (on a blocking thread).
 pub(super) fn exec_blocking(ctx: &Context, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
     let started = Instant::now();
+    let mut clock = PhaseClock::new(started);
     validate(&req)?;
     let disk_mb = req.limits.disk_mb.max(1);
     // The stage (a copy of the checkout), on a tmpfs of its own when root.
     let work = WorkDir::create(&ctx.cache, ctx.as_root, disk_mb.saturating_mul(2))?;
+    clock.lap("workdir");
     copy_tree(&ctx.template, &work.path("stage")).map_err(|e| match e {
         SandboxError::Infra(msg) if work.mounted => SandboxError::BadInput(format!(
             "{msg}: the execution's stage holds limits.disk_mb = {disk_mb} MiB twice; raise limits.disk_mb"
@@ -577,14 +579,45 @@ pub(super) fn exec_blocking(ctx: &Context, req: ExecRequest) -> Result<ExecOutpu
         other => other,
     })?;
     write_files(&work.path("stage"), &req.files)?;
+    clock.lap("copy");
     let staged = stage_tree(ctx, &work, &req)?;
+    clock.lap("stage");
     let uid = ctx.as_root.then(ExecutionUid::draw);
-    let mut out = run_command(ctx, &work, &req, uid.as_ref().map(|u| u.0))?;
+    let mut out = run_command(ctx, &work, &req, uid.as_ref().map(|u| u.0), &mut clock)?;
     out.prepare_log = staged.log;
     out.patches = staged.patches;
-    out.overhead = started.elapsed().saturating_sub(out.command_time);
     drop(work);
+    clock.lap("cleanup");
+    out.overhead = started.elapsed().saturating_sub(out.command_time);
+    out.phases = clock.phases;
     Ok(out)
+}
+
+/// Times an execution's phases one after the other.
+struct PhaseClock {
+    last: Instant,
+    phases: Vec<crate::Phase>,
+}
+
+impl PhaseClock {
+    fn new(start: Instant) -> PhaseClock {
+        PhaseClock {
+            last: start,
+            phases: Vec::new(),
+        }
+    }
+
+    /// Ends the phase `name` now (it began where the last one ended).
+    fn lap(&mut self, name: &'static str) {
+        self.lap_at(name, Instant::now());
+    }
+
+    /// Ends the phase `name` at `at`.
+    fn lap_at(&mut self, name: &'static str, at: Instant) {
+        let took = at.saturating_duration_since(self.last);
+        self.last = self.last.max(at);
+        self.phases.push(crate::Phase { name, took });
+    }
 }
 
 fn validate(req: &ExecRequest) -> Result<(), SandboxError> {
@@ -773,6 +806,7 @@ fn run_command(
     work: &WorkDir,
     req: &ExecRequest,
     uid: Option<u32>,
+    clock: &mut PhaseClock,
 ) -> Result<ExecOutput, SandboxError> {
     let disk_mb = req.limits.disk_mb.max(1);
     // Where the tree and the support files are for the command: the checkout's own path inside
@@ -971,6 +1005,10 @@ fn run_command(
             }
         )));
     };
+    // The sandbox's start and the tree's unpacking, the command, then collecting its ends.
+    clock.lap_at("unpack", command_start);
+    clock.lap_at("command", ended);
+    clock.lap("collect");
     let exit_code = status.and_then(|s| {
         use std::os::unix::process::ExitStatusExt;
         s.code()
@@ -988,6 +1026,7 @@ fn run_command(
         collected: (req.collect.is_some() && status.is_some()).then_some(reports.collected),
         command_time: ended.saturating_duration_since(command_start),
         overhead: Duration::ZERO,
+        phases: Vec::new(),
     })
 }
 

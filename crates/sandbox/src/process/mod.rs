@@ -486,6 +486,17 @@ mod tests {
         assert_eq!(out.exit_code, Some(3));
         assert!(!out.timed_out);
         assert_eq!(out.output, "from app\nhello hi\n");
+        // The timeline: each phase in the order it ran, the command's the command's time.
+        let names: Vec<&str> = out.phases.iter().map(|p| p.name).collect();
+        assert_eq!(
+            names,
+            [
+                "workdir", "copy", "stage", "unpack", "command", "collect", "cleanup"
+            ]
+        );
+        assert_eq!(out.phases[4].took, out.command_time);
+        let total: Duration = out.phases.iter().map(|p| p.took).sum();
+        assert!(total <= out.command_time + out.overhead, "{out:?}");
         // The next execution starts from a clean copy.
         let out = sb
             .exec(
