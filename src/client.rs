@@ -372,6 +372,9 @@ fn status_error(s: tonic::Status) -> anyhow::Error {
     anyhow!("{}", s.message())
 }
 
+/// How long a run waits for a kind no connected node offers before its progress says so.
+const UNSERVED_GRACE: Duration = Duration::from_secs(10);
+
 /// Follows a run until it ends, drawing progress on stderr; reconnects if the coordinator restarts.
 pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> Result<RunSummary> {
     let bars = MultiProgress::with_draw_target(if quiet {
@@ -394,6 +397,8 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
     let mut lines = (!quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .then(|| ProgressLines::new(std::time::Instant::now()));
     let mut said_waiting: Option<String> = None;
+    // Since when the run has waited for a kind no connected node offers.
+    let mut unserved_since: Option<std::time::Instant> = None;
     loop {
         let stream = match client(address).await {
             Ok(mut c) => {
@@ -425,10 +430,21 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                 continue;
             }
         };
+        // The last progress, drawn again each second when none comes (the coordinator sends
+        // only changes), so that a wait that lasts gets said.
+        let mut last: Option<RunProgress> = None;
         loop {
-            match stream.message().await {
+            let next = match tokio::time::timeout(Duration::from_secs(1), stream.message()).await {
+                Ok(next) => next,
+                Err(_) => match &last {
+                    Some(p) => Ok(Some(p.clone())),
+                    None => continue,
+                },
+            };
+            match next {
                 Ok(Some(p)) => {
                     failures = 0;
+                    last = Some(p.clone());
                     let Some(s) = p.run.clone() else { continue };
                     let done = s.succeeded + s.failed + s.errored + s.cancelled;
                     overall.set_length(s.tasks);
@@ -439,7 +455,14 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                     } else {
                         0.0
                     };
-                    let waiting = unserved_note(&s);
+                    let unserved = unserved_note(&s);
+                    if unserved.is_none() {
+                        unserved_since = None;
+                    }
+                    let since = *unserved_since.get_or_insert_with(std::time::Instant::now);
+                    // Said only once it lasts: nodes starting beside the run (`--local-nodes`)
+                    // or reconnecting take a few seconds to offer their slots.
+                    let waiting = unserved.filter(|_| since.elapsed() >= UNSERVED_GRACE);
                     overall.set_message(format!(
                         "ok {} fail {} err {} | success {rate:.1}% | running {}{}",
                         s.succeeded,
