@@ -741,6 +741,11 @@ pub struct SliceBenchArgs {
     /// instances already in --record DIR are kept.
     #[arg(long = "instance-id", value_name = "ID", value_delimiter = ',')]
     instance_ids: Vec<String>,
+    /// SWT-bench Lite as a whole from the records in --record DIR (every Lite instance of the
+    /// slice: recorded or not, gold resolved, slot time per instance beside SWE-bench's
+    /// published cost); runs nothing.
+    #[arg(long)]
+    lite_figures: bool,
     /// With --all: run gold N times and list the instances whose verdict changed (flaky tests).
     #[arg(long, value_name = "N", default_value_t = 1)]
     repeat_gold: u32,
@@ -1110,6 +1115,13 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         .slice
         .clone()
         .unwrap_or_else(|| std::path::PathBuf::from("../shared/data/real/swt-slice"));
+    if a.lite_figures {
+        let records = a
+            .record
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("docs/gold-validation"));
+        return crate::lite_figures::run(&records, &slice, a.json);
+    }
     anyhow::ensure!(
         slice.join("rows.jsonl").is_file(),
         "{}: no rows.jsonl; pass --slice DIR (the real SWT-bench slice)",

@@ -10,6 +10,7 @@ mod datasets;
 mod eval;
 mod gateway_cmd;
 mod grade;
+mod lite_figures;
 mod local;
 mod oracle_cmd;
 mod quickstart;
