@@ -93,6 +93,14 @@ fn gold_resolves_every_instance_with_the_process_executor() {
         6,
         "six executions"
     );
+    // Gold's prediction is the golden test patch: its two runs are the gold ones, which are
+    // read back instead of run again.
+    let cached = |run: &str| r["executions"][run]["cached"].as_bool();
+    assert_eq!(
+        ["pred_pre", "pred_post", "gold_pre", "gold_post"].map(cached),
+        [Some(false), Some(false), Some(true), Some(true)],
+        "{r:#}"
+    );
 
     assert_eq!(r["rules"], "swt-bench-2025-09");
     assert_eq!(summary["rules"], "swt-bench-2025-09");

@@ -240,10 +240,31 @@ fn execution_cache_key(parts: &[&str]) -> String {
 }
 
 impl SwtExecutor {
+    /// Where a gold or base execution is cached (a prediction's never is: its runs are its own,
+    /// and `--repeat-gold` needs them run anew).
     fn cache_file(&self, job: &Job<'_>, step: &Step<'_>) -> Option<PathBuf> {
         if matches!(step.which, Which::Pred) {
             return None;
         }
+        self.content_file(job, step.label, step)
+    }
+
+    /// Where a prediction's execution is also stored: when its test patch is the golden one,
+    /// it is the gold execution of the same step (same patches, test files, command and
+    /// environment), so the gold step that follows reads it instead of running it again. Gold
+    /// evaluations run four executions per instance instead of six; nothing reads a
+    /// prediction's run from the cache.
+    fn gold_twin_file(&self, job: &Job<'_>, step: &Step<'_>) -> Option<PathBuf> {
+        let golden = step.test_patch == Some(job.payload.instance.test_patch.as_str());
+        if !matches!(step.which, Which::Pred) || !golden {
+            return None;
+        }
+        let label = step.label.replacen("pred_", "gold_", 1);
+        self.content_file(job, &label, step)
+    }
+
+    /// The cache file of the execution `label` with `step`'s patches and test files.
+    fn content_file(&self, job: &Job<'_>, label: &str, step: &Step<'_>) -> Option<PathBuf> {
         // A traced execution depends on the files traced and on the tracer itself.
         let traced = coverage_files(job.payload)
             .map(|f| format!("{}\n{}", f.join("\n"), script::COVERAGE_TRACER));
@@ -252,7 +273,7 @@ impl SwtExecutor {
             &limits_key(&job.limits),
             traced.as_deref().map_or("untraced", |f| f),
             &job.recipe.instance_key(),
-            step.label,
+            label,
             &step.directives.join("\n"),
             &job.payload.env.test_cmd,
             step.test_patch.unwrap_or(""),
@@ -322,7 +343,10 @@ impl SwtExecutor {
             log: report.log,
             coverage: report.coverage,
         };
-        if let (Some(f), false) = (self.cache_file(job, step), exec.record.timed_out) {
+        let store = self
+            .cache_file(job, step)
+            .or_else(|| self.gold_twin_file(job, step));
+        if let (Some(f), false) = (store, exec.record.timed_out) {
             if let Some(dir) = f.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
