@@ -20,6 +20,8 @@ const GOLD_EXECUTIONS: f64 = 6.0;
 #[derive(Debug, Clone, PartialEq)]
 struct GoldRecord {
     resolved: bool,
+    /// It ended in an error (an environment that did not build, say), not a verdict.
+    errored: bool,
     /// Slot milliseconds of its executions (those run, not read from a cache).
     executions_ms: f64,
     /// Milliseconds building or finding its environment, when the record says.
@@ -32,9 +34,11 @@ struct GoldRecord {
 /// `prepare_ms`, `coverage`) or an earlier gold run's (`verdict`, `wall_s`).
 fn gold_record(v: &Value) -> Option<(String, GoldRecord)> {
     let id = v["instance_id"].as_str()?.to_string();
-    let record = if let Some(resolved) = v["gold_resolved"].as_bool() {
+    // `bench slice --all`'s records name their executor; an errored one has no verdict.
+    let record = if v.get("executor").is_some() {
         GoldRecord {
-            resolved,
+            resolved: v["gold_resolved"].as_bool() == Some(true),
+            errored: v["error_class"].is_string(),
             executions_ms: v["executions_ms"].as_f64().unwrap_or(0.0),
             prepare_ms: v["prepare_ms"].as_f64(),
             traced: v["coverage"].as_bool(),
@@ -42,6 +46,7 @@ fn gold_record(v: &Value) -> Option<(String, GoldRecord)> {
     } else {
         GoldRecord {
             resolved: v["verdict"].as_str()? == "resolved",
+            errored: v["error_class"].is_string(),
             executions_ms: v["wall_s"].as_f64().unwrap_or(0.0) * 1000.0,
             prepare_ms: None,
             traced: None,
@@ -94,6 +99,7 @@ fn figures(lite: &BTreeMap<String, String>, records: &BTreeMap<String, GoldRecor
         prepare_ms: f64,
         missing: Vec<String>,
         unresolved: Vec<String>,
+        errored: Vec<String>,
     }
     let mut by_repo: BTreeMap<&str, Sums> = BTreeMap::new();
     for (id, repo) in lite {
@@ -108,7 +114,9 @@ fn figures(lite: &BTreeMap<String, String>, records: &BTreeMap<String, GoldRecor
         s.traced += u32::from(r.traced == Some(true));
         s.executions_ms += r.executions_ms;
         s.prepare_ms += r.prepare_ms.unwrap_or(0.0);
-        if !r.resolved {
+        if r.errored {
+            s.errored.push(id.clone());
+        } else if !r.resolved {
             s.unresolved.push(id.clone());
         }
     }
@@ -134,6 +142,7 @@ fn figures(lite: &BTreeMap<String, String>, records: &BTreeMap<String, GoldRecor
             "slot_min_per_instance": per(s.executions_ms + s.prepare_ms, s.recorded),
             "missing": s.missing,
             "unresolved": s.unresolved,
+            "errored": s.errored,
         }));
         total.lite += s.lite;
         total.recorded += s.recorded;
@@ -203,25 +212,32 @@ pub fn run(records: &Path, slice: &Path, json_out: bool) -> Result<()> {
         return Ok(());
     }
     println!(
-        "| repository | Lite | recorded | gold resolved | executions | environment builds | slot-min / instance |\n|---|---|---|---|---|---|---|"
+        "| repository | Lite | recorded | gold resolved | errored | executions | environment builds | slot-min / instance |\n|---|---|---|---|---|---|---|---|"
     );
     for r in v["by_repo"].as_array().into_iter().flatten() {
         println!(
-            "| {} | {} | {} | {} | {} min | {} min | {} |",
+            "| {} | {} | {} | {} | {} | {} min | {} min | {} |",
             r["repo"].as_str().unwrap_or_default(),
             r["lite"],
             r["recorded"],
             r["gold_resolved"],
+            r["errored"].as_array().map_or(0, Vec::len),
             r["executions_min"],
             r["environment_build_min"],
             r["slot_min_per_instance"]
         );
     }
     println!(
-        "| all | {} | {} | {} | {} min | {} min | {} |",
+        "| all | {} | {} | {} | {} | {} min | {} min | {} |",
         v["lite"],
         v["recorded"],
         v["gold_resolved"],
+        v["by_repo"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|r| r["errored"].as_array().map_or(0, Vec::len))
+            .sum::<usize>(),
         v["executions_min"],
         v["environment_build_min"],
         v["slot_min_per_instance"]
@@ -244,7 +260,7 @@ mod tests {
         .unwrap();
         std::fs::write(
             dir.path().join("slice-r.jsonl"),
-            "{\"instance_id\":\"r__r-2\",\"gold_resolved\":true,\"executions_ms\":90000,\"prepare_ms\":30000,\"coverage\":true}\n",
+            "{\"instance_id\":\"r__r-2\",\"executor\":\"process\",\"gold_resolved\":true,\"executions_ms\":90000,\"prepare_ms\":30000,\"coverage\":true}\n{\"instance_id\":\"r__r-4\",\"executor\":\"process\",\"gold_resolved\":null,\"error_class\":\"bad_input:environment\",\"executions_ms\":0,\"prepare_ms\":5000}\n",
         )
         .unwrap();
         let records = read_records(dir.path()).unwrap();
@@ -253,6 +269,7 @@ mod tests {
             records["r__r-2"],
             GoldRecord {
                 resolved: true,
+                errored: false,
                 executions_ms: 90_000.0,
                 prepare_ms: Some(30_000.0),
                 traced: Some(true)
@@ -262,17 +279,23 @@ mod tests {
             ("r__r-1".to_string(), "r/r".to_string()),
             ("r__r-2".to_string(), "r/r".to_string()),
             ("r__r-3".to_string(), "r/r".to_string()),
+            ("r__r-4".to_string(), "r/r".to_string()),
         ]);
         let v = figures(&lite, &records);
         let r = &v["by_repo"][0];
         assert_eq!(
             (r["lite"].as_u64(), r["recorded"].as_u64()),
-            (Some(3), Some(2))
+            (Some(4), Some(3))
         );
         assert_eq!(r["gold_resolved"], 2);
         assert_eq!(r["missing"], json!(["r__r-3"]));
-        // 60 s + 90 s of executions and 30 s of environment over 2 instances: 1.5 slot-minutes.
-        assert_eq!(r["slot_min_per_instance"], 1.5);
+        assert_eq!(
+            r["errored"],
+            json!(["r__r-4"]),
+            "an error is recorded, not resolved"
+        );
+        // 60 s + 90 s of executions and 30 + 5 s of environments over 3 instances.
+        assert_eq!(r["slot_min_per_instance"], 1.03);
         assert_eq!(v["ideal_wall_min"]["2"], 1.5);
         assert_eq!(v["swe_bench"]["core_min_per_instance"], 1.6);
     }
