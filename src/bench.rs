@@ -2,8 +2,11 @@
 //! discrete-event simulation over the same scheduling code), `eval` (harness overhead per
 //! execution), `tables` (the analysis over a million rows), `preassess` (ltgdroid's K device
 //! replicas), `grade` (the parity corpus and each parser family) and `slice` (the real SWT-bench
-//! slice, and `--all` for the whole of it). `bench gateway` and `bench tools` live beside the
-//! code they measure (`reprobench_gateway::bench`, `bench_tools`).
+//! slice, and `--all` for the whole of it). The benchmarks of one crate's code live in that
+//! crate (`reprobench_analysis::bench`, `reprobench_swt::bench`,
+//! `reprobench_android::ltgdroid::bench`, `reprobench_gateway::bench`; `bench tools` in
+//! `bench_tools`): here are their arguments and printing, and the benchmarks of the whole
+//! harness, which drive `reprobench` itself.
 
 use crate::local::LocalCluster;
 use anyhow::{Context, Result};
@@ -190,7 +193,7 @@ async fn timed_run(nodes: u32, slots: u32, policy: Policy, sweep: &str) -> Resul
         ..CoreConfig::default()
     };
     let spec = [SlotSpec {
-        kind: "synthetic".into(),
+        kind: reprobench_domain::registry::ExecutorKind::Synthetic,
         slots,
     }];
     let local = crate::local::LocalNodes {
@@ -339,7 +342,9 @@ fn gold_eval(
 pub async fn eval(a: EvalBenchArgs) -> Result<()> {
     let executor = match a.executor {
         Some(e) => e,
-        None => crate::eval::auto_executor(&crate::SwtNodeArgs::defaults(), a.json).await,
+        None => crate::eval::auto_executor(&crate::NodeOptions::defaults(), a.json)
+            .await
+            .to_string(),
     };
     let say = |m: String| {
         if !a.json {
@@ -415,69 +420,10 @@ pub struct TablesBenchArgs {
     rows: usize,
 }
 
-/// `reprobench bench tables`: builds the main and overlap tables over generated result rows.
+/// `reprobench bench tables`: builds the main and overlap tables over generated result rows
+/// (`reprobench_analysis::bench`).
 pub fn tables(a: TablesBenchArgs) -> Result<()> {
-    use reprobench_analysis::{frame, tables};
-    use reprobench_domain::synthetic::SplitMix64;
-    // 5 agents × 2 variants × 2 backbones × 5 repeats over as many instances as it takes.
-    let mut rng = SplitMix64::new(7);
-    let cells = 5 * 2 * 2 * 5;
-    let instances = a.rows.div_ceil(cells);
-    let t0 = Instant::now();
-    let mut rows = Vec::with_capacity(a.rows);
-    'outer: for agent in 0..5 {
-        for variant in ["full", "no-x"] {
-            for backbone in ["m1", "m2"] {
-                for repeat in 0..5u32 {
-                    for i in 0..instances {
-                        if rows.len() == a.rows {
-                            break 'outer;
-                        }
-                        let success = rng.next_f64() < 0.3 + 0.1 * agent as f64;
-                        rows.push(reprobench_domain::results::ResultRow {
-                            run_id: "bench".into(),
-                            dataset: format!("d{}", i % 3),
-                            instance_id: format!("inst-{i}"),
-                            repo_or_app: format!("repo-{}", i % 50),
-                            bug_type: Some(if i % 2 == 0 { "crash" } else { "non-crash" }.into()),
-                            agent: format!("agent-{agent}"),
-                            variant: variant.into(),
-                            backbone: backbone.into(),
-                            repeat,
-                            success,
-                            actions: Some((rng.next_u64() % 40) as u32),
-                            tokens_in: rng.next_u64() % 100_000,
-                            tokens_out: rng.next_u64() % 10_000,
-                            cost_usd: rng.next_f64(),
-                            wall_s: rng.next_f64() * 600.0,
-                            ..Default::default()
-                        });
-                    }
-                }
-            }
-        }
-    }
-    let generate_s = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    let df = frame::to_frame(&rows)?;
-    let frame_s = t1.elapsed().as_secs_f64();
-    let opts = tables::TableOptions::default();
-    let t2 = Instant::now();
-    let main = tables::build("main", &df, &opts)?;
-    let main_s = t2.elapsed().as_secs_f64();
-    let t3 = Instant::now();
-    let overlap = tables::build("overlap", &df, &opts)?;
-    let overlap_s = t3.elapsed().as_secs_f64();
-    let v = serde_json::json!({
-        "rows": rows.len(),
-        "main_rows": main[0].rows.len(),
-        "overlap_rows": overlap[0].rows.len(),
-        "generate_s": generate_s,
-        "to_frame_s": frame_s,
-        "main_s": main_s,
-        "overlap_s": overlap_s,
-        "main_plus_overlap_s": main_s + overlap_s,
-    });
+    let v = reprobench_analysis::bench::tables(a.rows)?;
     print_figures(&v, a.json)?;
     Ok(())
 }
@@ -591,130 +537,23 @@ pub struct GradeBenchArgs {
 /// and grading, then grading only), how many agree with SWT-bench's verdicts, and logs per second
 /// of each parser family on one log of `--log-bytes`.
 pub fn grade(a: GradeBenchArgs) -> Result<()> {
-    use reprobench_swt::case;
-    use reprobench_swt::grading::{self, Family, RUNS, Rules};
     let corpus = a
         .corpus
         .clone()
         .unwrap_or_else(|| std::path::PathBuf::from("../shared/data/swt-parity"));
-    let mut dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&corpus)
-        .with_context(|| {
-            format!(
-                "cannot read the corpus {}; pass --corpus DIR (grade directories with expected.json)",
-                corpus.display()
-            )
-        })?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.join("case.json").is_file())
-        .collect();
-    dirs.sort();
+    let dirs = reprobench_swt::bench::corpus_cases(&corpus).with_context(|| {
+        format!(
+            "cannot read the corpus {}; pass --corpus DIR (grade directories with expected.json)",
+            corpus.display()
+        )
+    })?;
     anyhow::ensure!(
         !dirs.is_empty(),
         "{}: no grade directory in it",
         corpus.display()
     );
-    let rules = Rules::default();
-    let keys = [
-        "resolved",
-        "applicable",
-        "f2x",
-        "f2p",
-        "p2p",
-        "tests_pred",
-        "tests_gold",
-        "tests_base",
-    ];
-    let mut agree = 0;
-    for d in &dirs {
-        let got = serde_json::to_value(case::grade_dir(d, rules, false)?)?;
-        let want: serde_json::Value = std::fs::read(d.join("expected.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or_default();
-        if keys.iter().all(|k| got.get(k) == want.get(k)) {
-            agree += 1;
-        }
-    }
-    let rate = |secs: Vec<f64>| dirs.len() as f64 / median(secs);
-    let with_io = rate(
-        (0..a.rounds)
-            .map(|_| {
-                let t = Instant::now();
-                for d in &dirs {
-                    std::hint::black_box(case::grade_dir(d, rules, false).ok());
-                }
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    );
-    let loaded: Vec<(Family, [grading::RunInput; 6])> = dirs
-        .iter()
-        .map(|d| case::load(d).map(|(_, f, runs)| (f, runs)))
-        .collect::<Result<_, _>>()?;
-    let in_memory = rate(
-        (0..a.rounds)
-            .map(|_| {
-                let t = Instant::now();
-                for (family, runs) in &loaded {
-                    std::hint::black_box(grading::grade(runs, *family, rules, false).ok());
-                }
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    );
-    let corpus_bytes: usize = loaded
-        .iter()
-        .flat_map(|(_, runs)| runs.iter().filter_map(|r| r.log.as_ref().map(String::len)))
-        .sum();
-    // One log of --log-bytes per family: a corpus log of that family, its lines repeated.
-    let mut per_family = serde_json::Map::new();
-    for family in Family::ALL.into_iter().filter(|f| *f != Family::Unittest) {
-        let Some(seed) = loaded
-            .iter()
-            .filter(|(f, _)| *f == family)
-            .flat_map(|(_, runs)| runs.iter().filter_map(|r| r.log.as_deref()))
-            .max_by_key(|l| l.len())
-        else {
-            continue;
-        };
-        let mut log = String::with_capacity(a.log_bytes + seed.len());
-        while log.len() < a.log_bytes {
-            log.push_str(seed);
-        }
-        log.truncate(log.floor_char_boundary(a.log_bytes));
-        let reps = 200;
-        let secs = median(
-            (0..5)
-                .map(|_| {
-                    let t = Instant::now();
-                    for _ in 0..reps {
-                        std::hint::black_box(grading::execution_log::read(
-                            Some(&log),
-                            family,
-                            rules,
-                        ));
-                    }
-                    t.elapsed().as_secs_f64() / reps as f64
-                })
-                .collect(),
-        );
-        per_family.insert(
-            family.name().into(),
-            serde_json::json!({"logs_per_s": 1.0 / secs, "mb_per_s": log.len() as f64 / secs / 1e6}),
-        );
-    }
-    let v = serde_json::json!({
-        "corpus": corpus.display().to_string(),
-        "cases": dirs.len(),
-        "logs_per_case": RUNS.len(),
-        "corpus_log_bytes": corpus_bytes,
-        "agree_with_expected": agree,
-        "cases_per_s_with_io": with_io,
-        "cases_per_s_in_memory": in_memory,
-        "log_bytes": a.log_bytes,
-        "one_log": per_family,
-    });
+    let mut v = reprobench_swt::bench::grade(&dirs, a.rounds, a.log_bytes)?;
+    v["corpus"] = corpus.display().to_string().into();
     print_figures(&v, a.json)?;
     Ok(())
 }
@@ -1107,6 +946,108 @@ fn human_bytes(s: &str) -> Option<u64> {
     Some((number.parse::<f64>().ok()? * factor).round() as u64)
 }
 
+/// `bench slice --all`'s options from the command line.
+fn all_options(
+    a: &SliceBenchArgs,
+    slice: std::path::PathBuf,
+    executor: String,
+) -> Result<crate::slice_all::AllOptions> {
+    let mut eval_args = Vec::new();
+    if a.no_coverage {
+        eval_args.push("--no-coverage".to_string());
+    }
+    if let Some(t) = a.timeout_s {
+        eval_args.extend(["--timeout-s".to_string(), t.to_string()]);
+    }
+    let work = a
+        .work
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("/var/tmp/reprobench-slice-all"));
+    let record = a.record.clone().or_else(|| {
+        let d = std::path::PathBuf::from("docs/gold-validation");
+        d.is_dir().then_some(d)
+    });
+    Ok(crate::slice_all::AllOptions {
+        slice,
+        repos: a.repos.clone(),
+        instance_ids: a.instance_ids.iter().cloned().collect(),
+        executor,
+        nodes: a.nodes,
+        work: std::path::absolute(&work)?,
+        record,
+        repeat_gold: a.repeat_gold,
+        gold_only: a.gold_only,
+        predictions: a.predictions.clone(),
+        eval_args,
+        json: a.json,
+    })
+}
+
+/// `bench slice --gold-only`: gold on `nodes` local nodes, with where the executions' time went.
+fn gold_validation(
+    root: &std::path::Path,
+    rows: &std::path::Path,
+    executor: &str,
+    nodes: u32,
+) -> Result<serde_json::Value> {
+    let (gold, wall) = slice_eval(root, rows, "gold", executor, nodes, "data-gold", &[])?;
+    let figures = execution_figures(&gold);
+    let ExecutionFigures {
+        run,
+        overhead,
+        test,
+        ..
+    } = &figures;
+    let (overhead_ms_median, test_ms_median) = (median(overhead.clone()), median(test.clone()));
+    let (overhead_sum, test_sum): (f64, f64) = (overhead.iter().sum(), test.iter().sum());
+    Ok(serde_json::json!({
+        "executions_run": run,
+        "efficiency": figures.efficiency(wall, nodes as usize),
+        "phases": figures.phases_json(),
+        "overhead_ms_median": overhead_ms_median,
+        "test_ms_median": test_ms_median,
+        "overhead_ratio_median": overhead_ms_median / test_ms_median,
+        "overhead_ratio_total": overhead_sum / test_sum,
+        "executor": executor,
+        "nodes": nodes,
+        "gold_resolved": gold["resolved"],
+        "wall_s": wall,
+        "resumed": gold["resumed"],
+        "mean_coverage": gold["mean_coverage"],
+        "mean_coverage_delta": gold["mean_coverage_delta"],
+        "by_repo": gold_by_repo(&gold),
+        "reports": gold["reports"],
+        "engine": engine_floor_json(executor, overhead_ms_median),
+    }))
+}
+
+/// Agreement of the predictions' run `preds` with the official verdicts (`--verdicts`, else the
+/// slice's AssertFlip verdicts of requests, flask and pytest; null when there are none).
+fn official_verdicts(
+    a: &SliceBenchArgs,
+    slice: &std::path::Path,
+    preds: &serde_json::Value,
+) -> Result<serde_json::Value> {
+    let verdicts_file = a
+        .verdicts
+        .clone()
+        .unwrap_or_else(|| slice.join("verdicts/AssertFlip-requests-flask-pytest.json"));
+    Ok(match std::fs::read(&verdicts_file) {
+        Ok(bytes) => {
+            let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+                anyhow::anyhow!("{}: not a verdicts file: {e}", verdicts_file.display())
+            })?;
+            let mut agreement = official_agreement(preds, &v);
+            agreement["file"] = verdicts_file.display().to_string().into();
+            agreement
+        }
+        Err(e) if a.verdicts.is_some() => {
+            anyhow::bail!("cannot read --verdicts {}: {e}", verdicts_file.display())
+        }
+        Err(_) => serde_json::Value::Null,
+    })
+}
+
 /// `reprobench bench slice`: gold validation of the real slice's instances of some repositories
 /// (cold and warm, 1 and 2 local nodes), a prediction set once gold and base are cached, harness
 /// overhead per execution against the test command's own time, and the disk the environments use.
@@ -1129,38 +1070,12 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     );
     let executor = match a.executor.clone() {
         Some(e) => e,
-        None => crate::eval::auto_executor(&crate::SwtNodeArgs::defaults(), a.json).await,
+        None => crate::eval::auto_executor(&crate::NodeOptions::defaults(), a.json)
+            .await
+            .to_string(),
     };
     if a.all {
-        let mut eval_args = Vec::new();
-        if a.no_coverage {
-            eval_args.push("--no-coverage".to_string());
-        }
-        if let Some(t) = a.timeout_s {
-            eval_args.extend(["--timeout-s".to_string(), t.to_string()]);
-        }
-        let work = a
-            .work
-            .clone()
-            .unwrap_or_else(|| std::path::PathBuf::from("/var/tmp/reprobench-slice-all"));
-        let record = a.record.clone().or_else(|| {
-            let d = std::path::PathBuf::from("docs/gold-validation");
-            d.is_dir().then_some(d)
-        });
-        return crate::slice_all::run(&crate::slice_all::AllOptions {
-            slice,
-            repos: a.repos.clone(),
-            instance_ids: a.instance_ids.iter().cloned().collect(),
-            executor,
-            nodes: a.nodes,
-            work: std::path::absolute(&work)?,
-            record,
-            repeat_gold: a.repeat_gold,
-            gold_only: a.gold_only,
-            predictions: a.predictions.clone(),
-            eval_args,
-            json: a.json,
-        });
+        return crate::slice_all::run(&all_options(&a, slice, executor)?);
     }
     anyhow::ensure!(
         a.repeat_gold <= 1
@@ -1220,37 +1135,9 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             "gold validation: {} local nodes, one slot each",
             a.nodes
         ));
-        let (gold, wall) = slice_eval(&root, &rows, "gold", &executor, a.nodes, "data-gold", &[])?;
-        let figures = execution_figures(&gold);
-        let ExecutionFigures {
-            run,
-            overhead,
-            test,
-            ..
-        } = &figures;
-        let (overhead_ms_median, test_ms_median) = (median(overhead.clone()), median(test.clone()));
-        let (overhead_sum, test_sum): (f64, f64) = (overhead.iter().sum(), test.iter().sum());
-        let v = serde_json::json!({
-            "executions_run": run,
-            "efficiency": figures.efficiency(wall, a.nodes as usize),
-            "phases": figures.phases_json(),
-            "overhead_ms_median": overhead_ms_median,
-            "test_ms_median": test_ms_median,
-            "overhead_ratio_median": overhead_ms_median / test_ms_median,
-            "overhead_ratio_total": overhead_sum / test_sum,
-            "executor": executor,
-            "repos": wanted_repos,
-            "instances": instances,
-            "nodes": a.nodes,
-            "gold_resolved": gold["resolved"],
-            "wall_s": wall,
-            "resumed": gold["resumed"],
-            "mean_coverage": gold["mean_coverage"],
-            "mean_coverage_delta": gold["mean_coverage_delta"],
-            "by_repo": gold_by_repo(&gold),
-            "reports": gold["reports"],
-            "engine": engine_floor_json(&executor, overhead_ms_median),
-        });
+        let mut v = gold_validation(&root, &rows, &executor, a.nodes)?;
+        v["repos"] = wanted_repos.into();
+        v["instances"] = instances.into();
         return finish_slice(&root, a.work.is_none(), &v, a.json);
     }
     say("gold, cold (builds every environment), 1 node".into());
@@ -1286,24 +1173,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "data-preds",
         &["--rules", "swt-bench-2024"],
     )?;
-    let verdicts_file = a
-        .verdicts
-        .clone()
-        .unwrap_or_else(|| slice.join("verdicts/AssertFlip-requests-flask-pytest.json"));
-    let official = match std::fs::read(&verdicts_file) {
-        Ok(bytes) => {
-            let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
-                anyhow::anyhow!("{}: not a verdicts file: {e}", verdicts_file.display())
-            })?;
-            let mut agreement = official_agreement(&preds, &v);
-            agreement["file"] = verdicts_file.display().to_string().into();
-            agreement
-        }
-        Err(e) if a.verdicts.is_some() => {
-            anyhow::bail!("cannot read --verdicts {}: {e}", verdicts_file.display())
-        }
-        Err(_) => serde_json::Value::Null,
-    };
+    let official = official_verdicts(&a, &slice, &preds)?;
     let run_cold = execution_figures(&cold).run;
     let warm_figures = execution_figures(&warm1);
     let (overhead, test) = (&warm_figures.overhead, &warm_figures.test);
@@ -1348,7 +1218,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "overhead_ratio_total": overhead_sum / test_sum,
         "engine": engine_floor_json(&executor, overhead_ms_median),
         "environment_disk_bytes": disk,
-        "image_budget_gb": crate::SwtNodeArgs::defaults().image_budget_gb,
+        "image_budget_gb": crate::NodeOptions::defaults().image_budget_gb,
         "images_evicted": if executor == "docker" { images_evicted_since(started_unix) } else { Vec::new() },
         "gold_by_repo": gold_by_repo(&cold),
     });

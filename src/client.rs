@@ -7,6 +7,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use reprobench_coordinator::core::CoreConfig;
 use reprobench_coordinator::store::Store;
 use reprobench_domain::kind::SlotSpec;
+use reprobench_domain::registry::ExecutorKind;
 use reprobench_domain::results::ResultRow;
 use reprobench_proto::auth::{AuthedChannel, CoordinatorAddress, read_token};
 use reprobench_proto::v1::run_service_client::RunServiceClient;
@@ -64,13 +65,10 @@ fn data_dir(t: &Target) -> PathBuf {
 }
 
 /// Two slots of each executor kind in `kinds`.
-fn two_slots_each(kinds: &std::collections::BTreeSet<String>) -> Vec<SlotSpec> {
+fn two_slots_each(kinds: &std::collections::BTreeSet<ExecutorKind>) -> Vec<SlotSpec> {
     kinds
         .iter()
-        .map(|kind| SlotSpec {
-            kind: kind.clone(),
-            slots: 2,
-        })
+        .map(|&kind| SlotSpec { kind, slots: 2 })
         .collect()
 }
 
@@ -83,8 +81,9 @@ fn slots_left_out(needed: &[SlotSpec], given: &[SlotSpec]) -> Option<String> {
     }
     let missing: Vec<&str> = needed
         .iter()
-        .map(|s| s.kind.as_str())
+        .map(|s| s.kind)
         .filter(|kind| !given.iter().any(|g| g.kind == *kind && g.slots > 0))
+        .map(ExecutorKind::as_str)
         .collect();
     if missing.is_empty() {
         return None;
@@ -110,7 +109,7 @@ fn names_executor(sweep_toml: &str) -> bool {
 }
 
 /// A sweep's TOML with `[eval] executor = kind` added.
-fn with_executor(sweep_toml: &str, kind: &str) -> Result<String> {
+fn with_executor(sweep_toml: &str, kind: ExecutorKind) -> Result<String> {
     let mut table: toml::Table = sweep_toml.parse()?;
     let eval = table
         .entry("eval")
@@ -118,7 +117,7 @@ fn with_executor(sweep_toml: &str, kind: &str) -> Result<String> {
     let Some(eval) = eval.as_table_mut() else {
         bail!("`eval` must be a table ([eval])");
     };
-    eval.insert("executor".into(), toml::Value::String(kind.into()));
+    eval.insert("executor".into(), toml::Value::String(kind.to_string()));
     Ok(toml::to_string(&table)?)
 }
 
@@ -183,21 +182,21 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
         // A sweep that does not name its SWT executor gets the one `eval` would choose: the kind
         // --node-slots offers, else docker where the engine and base image are, else process.
         if kinds.contains(&spec.eval.executor) && !names_executor(&req.sweep_toml) {
-            let offered: Vec<&str> = ["docker", "process"]
+            let offered: Vec<ExecutorKind> = [ExecutorKind::Docker, ExecutorKind::Process]
                 .into_iter()
                 .filter(|k| a.node_slots.iter().any(|s| s.kind == *k && s.slots > 0))
                 .collect();
             let chosen = match offered[..] {
-                [one] => one.to_string(),
+                [one] => one,
                 // Said even with --json (on stderr): the sweep runs on another executor than
                 // its text shows.
                 _ => crate::eval::auto_executor(&a.node, false).await,
             };
             if chosen != spec.eval.executor {
-                req.sweep_toml = with_executor(&req.sweep_toml, &chosen)
+                req.sweep_toml = with_executor(&req.sweep_toml, chosen)
                     .with_context(|| format!("in {}", a.sweep.display()))?;
                 kinds.remove(&spec.eval.executor);
-                kinds.insert(chosen.clone());
+                kinds.insert(chosen);
                 spec.eval.executor = chosen;
             }
         }
@@ -205,7 +204,7 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
         if let Some(problem) = slots_left_out(&needed, &a.node_slots) {
             bail!("{problem}");
         }
-        if needed.iter().any(|s| s.kind == "docker")
+        if needed.iter().any(|s| s.kind == ExecutorKind::Docker)
             && let Some(why) = crate::eval::docker_unready(&a.node).await
         {
             bail!(
@@ -611,50 +610,9 @@ async fn fetch_results(address: &CoordinatorAddress, run_id: &str) -> Result<Vec
         .into_inner();
     let mut rows = Vec::new();
     while let Some(r) = stream.message().await.map_err(status_error)? {
-        rows.push(row_from_wire(r));
+        rows.push(ResultRow::from(r));
     }
     Ok(rows)
-}
-
-/// A result row as the wire brings it, in the results schema (written in this build's version).
-pub fn row_from_wire(r: reprobench_proto::v1::ResultRow) -> ResultRow {
-    ResultRow {
-        schema_version: Default::default(),
-        run_id: r.run_id,
-        sweep: r.sweep,
-        track: r.track,
-        dataset: r.dataset,
-        instance_id: r.instance_id,
-        repo_or_app: r.repo_or_app,
-        bug_type: r.bug_type,
-        agent: r.agent,
-        variant: r.variant,
-        backbone: r.backbone,
-        repeat: r.repeat,
-        success: r.success,
-        verdict: r.verdict,
-        error_class: r.error_class,
-        error_message: r.error_message,
-        rules: r.rules,
-        coverage_delta: r.coverage_delta,
-        attempts: r.attempts,
-        llm_calls: r.llm_calls,
-        tokens_in: r.tokens_in,
-        tokens_out: r.tokens_out,
-        tokens_cached: r.tokens_cached,
-        cost_usd: r.cost_usd,
-        wall_s: r.wall_s,
-        actions: r.actions,
-        trace_len: r.trace_len,
-        ground_truth_actions: r.ground_truth_actions,
-        feedback_iterations: r.feedback_iterations,
-        localized_files_correct: r.localized_files_correct,
-        started_at: r.started_at,
-        finished_at: r.finished_at,
-        node_id: r.node_id,
-        artifact_path: r.artifact_path,
-        details_json: r.details_json,
-    }
 }
 
 /// A finished run as one JSON object (what `--json` prints).
@@ -848,11 +806,7 @@ pub async fn results(a: ResultsArgs) -> Result<()> {
     } else {
         let store = Store::open_read_only(&data_dir(&a.target))?;
         ensure_run(&store, &a.run, &data_dir(&a.target))?;
-        store
-            .results(&a.run)?
-            .into_iter()
-            .map(row_from_wire)
-            .collect()
+        store.results(&a.run)?
     };
     let mut out: Box<dyn Write> = match &a.out {
         Some(path) => Box::new(std::io::BufWriter::new(
@@ -901,7 +855,7 @@ mod tests {
     fn node_slots_that_leave_out_a_needed_kind_are_refused_naming_the_flag_to_add() {
         use reprobench_domain::kind::SlotSpec;
         let slot = |kind: &str, slots| SlotSpec {
-            kind: kind.into(),
+            kind: reprobench_domain::registry::ExecutorKind::parse(kind).unwrap(),
             slots,
         };
         let needed = [slot("docker", 2), slot("sim", 2)];

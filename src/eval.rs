@@ -3,13 +3,13 @@
 
 use crate::client::{Finished, Interrupted, run_local, submit_and_wait};
 use crate::local::LocalNodes;
-use crate::{SwtNodeArgs, Target, datasets, swt_report};
+use crate::{NodeOptions, Target, datasets, swt_report};
 use anyhow::{Result, anyhow, bail};
 use clap::Args;
 use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
 use reprobench_domain::grading::{GradingSettings, Rules};
 use reprobench_domain::kind::SlotSpec;
-use reprobench_domain::registry::{self, Track};
+use reprobench_domain::registry::{self, ExecutorKind, Track};
 use reprobench_domain::sweep::{AgentSpec, EvalSettings, SweepSpec};
 use reprobench_domain::swt::{self, Prediction, RowError};
 use reprobench_proto::v1::SubmitRunRequest;
@@ -75,7 +75,7 @@ pub struct EvalArgs {
     #[arg(long, default_value_t = 2)]
     slots_per_node: u32,
     #[command(flatten)]
-    node: SwtNodeArgs,
+    node: NodeOptions,
     #[command(flatten)]
     target: Target,
     /// Datasets directory [default: ./datasets].
@@ -136,22 +136,30 @@ fn parse_packages_as_of(s: &str) -> Result<AsOf, String> {
 }
 
 /// The executor to use when none is named: docker if the engine and base image are there.
-pub async fn auto_executor(node: &SwtNodeArgs, quiet: bool) -> String {
+pub async fn auto_executor(node: &NodeOptions, quiet: bool) -> ExecutorKind {
     match docker_unready(node).await {
-        None => "docker".into(),
+        None => ExecutorKind::Docker,
         Some(why) => {
             if !quiet {
                 eprintln!(
                     "using the process executor (a checkout and a virtualenv per environment): {why}"
                 );
             }
-            "process".into()
+            ExecutorKind::Process
         }
     }
 }
 
+/// The SWT executor `--executor NAME` names.
+pub fn swt_executor(name: &str) -> Result<ExecutorKind> {
+    match ExecutorKind::parse(name) {
+        Some(kind @ (ExecutorKind::Docker | ExecutorKind::Process)) => Ok(kind),
+        _ => bail!("--executor {name}: use docker or process"),
+    }
+}
+
 /// Why the docker executor cannot run here (no engine, no base image), or `None` when it can.
-pub async fn docker_unready(node: &SwtNodeArgs) -> Option<String> {
+pub async fn docker_unready(node: &NodeOptions) -> Option<String> {
     let cfg = node.settings().docker;
     match reprobench_sandbox::docker::DockerSandbox::connect(cfg).await {
         Ok(sb) => sb.base_python().await.err().map(|e| e.to_string()),
@@ -222,6 +230,98 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
     let datasets_dir = a.datasets.clone().unwrap_or_else(swt::default_datasets_dir);
     let mut ds = datasets::load(&a.dataset, &datasets_dir, Path::new("."), a.env.as_deref())?;
     let mut problems = std::mem::take(&mut ds.errors);
+    select_instances(&a, &mut ds, &mut problems)?;
+    let total = ds.instances.len()
+        + problems
+            .iter()
+            .filter(|p| p.location != "--instance-id")
+            .count();
+    let known: BTreeSet<String> = ds.instances.iter().map(|i| i.instance_id.clone()).collect();
+    let mut attachments = Attachments::new();
+    let agent = eval_agent(&a, &known, &mut attachments, &mut problems)?;
+    if ds.instances.is_empty() {
+        datasets::print_row_errors(&problems);
+        bail!("no usable instance to evaluate in `{}`", ds.name);
+    }
+    datasets::print_row_errors(&problems);
+    let executor = match &a.executor {
+        Some(name) => swt_executor(name)?,
+        None => auto_executor(&a.node, a.json).await,
+    };
+    attachments.insert(dataset_key(&ds.name), datasets::rows_jsonl(&ds));
+    let spec = SweepSpec {
+        name: format!("eval-{}-{}", ds.name, agent.name),
+        datasets: vec![ds.name.clone()],
+        repeats: 1,
+        seed: 0,
+        max_attempts: 3,
+        agents: vec![agent],
+        backbones: vec![],
+        budget: Default::default(),
+        eval: EvalSettings {
+            executor,
+            timeout_s: a.timeout_s,
+            rules: a.rules,
+            strict: a.strict,
+            coverage: !a.no_coverage,
+            ..EvalSettings::default()
+        },
+    };
+    let req = SubmitRunRequest {
+        sweep_toml: spec.to_toml(),
+        resume_existing: !a.new,
+        attachments: attachments.into_iter().collect(),
+        reuse_finished: !a.new,
+    };
+    let data = a
+        .target
+        .data
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(crate::DEFAULT_DATA));
+    let done = if let Some(n) = a.local_nodes {
+        let settings = a.node.settings();
+        datasets::ensure_mirrors(&ds, &settings.repos)?;
+        let nodes = LocalNodes {
+            count: n,
+            slots: vec![SlotSpec {
+                kind: executor,
+                slots: a.slots_per_node,
+            }],
+            args: a.node.node_args(),
+        };
+        run_local(&data, &nodes, req, a.json && !a.progress).await?
+    } else {
+        let address = crate::client::address_of(&a.target)?;
+        submit_and_wait(&address, req, a.json && !a.progress)
+            .await
+            .map_err(|e| match e.downcast::<Interrupted>() {
+                Ok(i) => anyhow!("{i}; it goes on in the coordinator"),
+                Err(e) => e,
+            })?
+    };
+    let grading = GradingSettings {
+        rules: a.rules,
+        strict: a.strict,
+        coverage: !a.no_coverage,
+    };
+    let summary = swt_report::summary(&done.rows, total, &problems, grading);
+    let out = a
+        .out
+        .clone()
+        .unwrap_or_else(|| data.join("reports").join(&done.summary.run_id));
+    write_reports(&out, &done, &summary)?;
+    print_eval(&a, &spec, &ds.name, executor, total, &done, &summary, &out);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Keeps the instances `--instance-id` and `--repo` name (an id the dataset lacks is a row
+/// problem; a repository it lacks, an error naming the ones it has), and applies
+/// `--packages-as-of`.
+fn select_instances(
+    a: &EvalArgs,
+    ds: &mut swt::LoadedDataset,
+    problems: &mut Vec<RowError>,
+) -> Result<()> {
     if !a.instance_ids.is_empty() {
         let wanted: BTreeSet<&str> = a.instance_ids.iter().map(String::as_str).collect();
         let have: BTreeSet<&str> = ds
@@ -274,14 +374,19 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
             }
         }
     }
-    let total = ds.instances.len()
-        + problems
-            .iter()
-            .filter(|p| p.location != "--instance-id")
-            .count();
-    let known: BTreeSet<String> = ds.instances.iter().map(|i| i.instance_id.clone()).collect();
-    let mut attachments = Attachments::new();
-    let agent = match a.predictions.as_str() {
+    Ok(())
+}
+
+/// The agent to evaluate: a built-in one that needs no backbone (`gold`, `issue-snippet`) or a
+/// predictions file, whose rows are attached (malformed lines become row problems; predictions
+/// for unknown or repeated ids are only reported).
+fn eval_agent(
+    a: &EvalArgs,
+    known: &BTreeSet<String>,
+    attachments: &mut Attachments,
+    problems: &mut Vec<RowError>,
+) -> Result<AgentSpec> {
+    Ok(match a.predictions.as_str() {
         // The built-in agents that need no backbone (gold, issue-snippet).
         name if registry::agent(Track::Swt, name).is_some_and(|a| !a.calls_llm) => AgentSpec {
             name: a.agent.clone().unwrap_or(a.predictions.clone()),
@@ -297,7 +402,7 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
                     "predictions file {file} does not exist; pass a JSONL/JSON predictions file, `gold` or `issue-snippet`"
                 );
             }
-            let (preds, bad) = load_predictions(&path, &known)?;
+            let (preds, bad) = load_predictions(&path, known)?;
             // Malformed lines count as errors; predictions for unknown or repeated ids are only reported.
             let (lines, ids): (Vec<RowError>, Vec<RowError>) =
                 bad.into_iter().partition(|b| b.instance_id.is_none());
@@ -331,86 +436,28 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
                 image: None,
             }
         }
-    };
-    if ds.instances.is_empty() {
-        datasets::print_row_errors(&problems);
-        bail!("no usable instance to evaluate in `{}`", ds.name);
-    }
-    datasets::print_row_errors(&problems);
-    let executor = match &a.executor {
-        Some(e) if e == "docker" || e == "process" => e.clone(),
-        Some(e) => bail!("--executor {e}: use docker or process"),
-        None => auto_executor(&a.node, a.json).await,
-    };
-    attachments.insert(dataset_key(&ds.name), datasets::rows_jsonl(&ds));
-    let spec = SweepSpec {
-        name: format!("eval-{}-{}", ds.name, agent.name),
-        datasets: vec![ds.name.clone()],
-        repeats: 1,
-        seed: 0,
-        max_attempts: 3,
-        agents: vec![agent],
-        backbones: vec![],
-        budget: Default::default(),
-        eval: EvalSettings {
-            executor: executor.clone(),
-            timeout_s: a.timeout_s,
-            rules: a.rules,
-            strict: a.strict,
-            coverage: !a.no_coverage,
-            ..EvalSettings::default()
-        },
-    };
-    let req = SubmitRunRequest {
-        sweep_toml: spec.to_toml(),
-        resume_existing: !a.new,
-        attachments: attachments.into_iter().collect(),
-        reuse_finished: !a.new,
-    };
-    let data = a
-        .target
-        .data
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(crate::DEFAULT_DATA));
-    let done = if let Some(n) = a.local_nodes {
-        let settings = a.node.settings();
-        datasets::ensure_mirrors(&ds, &settings.repos)?;
-        let nodes = LocalNodes {
-            count: n,
-            slots: vec![SlotSpec {
-                kind: executor.clone(),
-                slots: a.slots_per_node,
-            }],
-            args: a.node.node_args(),
-        };
-        run_local(&data, &nodes, req, a.json && !a.progress).await?
-    } else {
-        let address = crate::client::address_of(&a.target)?;
-        submit_and_wait(&address, req, a.json && !a.progress)
-            .await
-            .map_err(|e| match e.downcast::<Interrupted>() {
-                Ok(i) => anyhow!("{i}; it goes on in the coordinator"),
-                Err(e) => e,
-            })?
-    };
-    let grading = GradingSettings {
-        rules: a.rules,
-        strict: a.strict,
-        coverage: !a.no_coverage,
-    };
-    let summary = swt_report::summary(&done.rows, total, &problems, grading);
-    let out = a
-        .out
-        .clone()
-        .unwrap_or_else(|| data.join("reports").join(&done.summary.run_id));
-    write_reports(&out, &done, &summary)?;
+    })
+}
+
+/// Prints an evaluation's figures: one JSON object, or a table.
+#[allow(clippy::too_many_arguments)]
+fn print_eval(
+    a: &EvalArgs,
+    spec: &SweepSpec,
+    dataset: &str,
+    executor: ExecutorKind,
+    total: usize,
+    done: &Finished,
+    summary: &serde_json::Value,
+    out: &Path,
+) {
     let n = |k: &str| summary[k].as_u64().unwrap_or(0);
     if a.json {
         println!(
             "{}",
             serde_json::json!({
                 "run_id": done.summary.run_id,
-                "dataset": ds.name,
+                "dataset": dataset,
                 "executor": executor,
                 "total": total,
                 "completed": n("completed_instances"),
@@ -441,7 +488,7 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
         println!(
             "{} on {} ({} executor, run {}, rules {}{}): {total} instances",
             spec.agents[0].name,
-            ds.name,
+            dataset,
             executor,
             done.summary.run_id,
             a.rules.name(),
@@ -468,7 +515,6 @@ pub async fn eval(a: EvalArgs) -> Result<ExitCode> {
         }
         println!("reports: {}", out.display());
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -146,11 +146,7 @@ fn grade_dirs(dirs: &[PathBuf], rules: Rules, strict: bool, json: bool) -> ExitC
 fn regrade_run(a: &GradeArgs, run: &str) -> Result<ExitCode> {
     let store = Store::open_read_only(&a.data)?;
     crate::client::ensure_run(&store, run, &a.data)?;
-    let mut rows: Vec<ResultRow> = store
-        .results(run)?
-        .into_iter()
-        .map(crate::client::row_from_wire)
-        .collect();
+    let mut rows: Vec<ResultRow> = store.results(run)?;
     rows.retain(|r| r.track == "swt");
     if rows.is_empty() {
         bail!("run `{run}` has no finished SWT result to regrade");

@@ -12,9 +12,10 @@ use std::path::Path;
 /// SWE-bench's published cost of its Lite evaluation: about 30 minutes on 16 cores with 12
 /// workers, environment images cached, one execution per instance, 300 instances.
 const SWE_BENCH_LITE: (f64, f64, f64) = (30.0, 16.0, 300.0);
-/// Executions of a gold evaluation per instance (SWT-bench's six: prediction, gold and base,
-/// each before and after the fix).
-const GOLD_EXECUTIONS: f64 = 6.0;
+/// Executions of a gold evaluation per instance in records that do not count them (written
+/// before `executions_run` was kept, and before the gold twin): SWT-bench's six, prediction,
+/// gold and base, each before and after the fix.
+const GOLD_EXECUTIONS_UNCOUNTED: f64 = 6.0;
 
 /// One instance's gold record, whichever file it came from.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +25,8 @@ struct GoldRecord {
     errored: bool,
     /// Slot milliseconds of its executions (those run, not read from a cache).
     executions_ms: f64,
+    /// How many executions ran (not read from a cache).
+    executions_run: f64,
     /// Milliseconds building or finding its environment, when the record says.
     prepare_ms: Option<f64>,
     /// The tests ran under coverage tracing, when the record says.
@@ -40,6 +43,13 @@ fn gold_record(v: &Value) -> Option<(String, GoldRecord)> {
             resolved: v["gold_resolved"].as_bool() == Some(true),
             errored: v["error_class"].is_string(),
             executions_ms: v["executions_ms"].as_f64().unwrap_or(0.0),
+            executions_run: v["executions_run"].as_f64().unwrap_or(
+                if v["executions_ms"].as_f64().unwrap_or(0.0) > 0.0 {
+                    GOLD_EXECUTIONS_UNCOUNTED
+                } else {
+                    0.0
+                },
+            ),
             prepare_ms: v["prepare_ms"].as_f64(),
             traced: v["coverage"].as_bool(),
         }
@@ -48,6 +58,7 @@ fn gold_record(v: &Value) -> Option<(String, GoldRecord)> {
             resolved: v["verdict"].as_str()? == "resolved",
             errored: v["error_class"].is_string(),
             executions_ms: v["wall_s"].as_f64().unwrap_or(0.0) * 1000.0,
+            executions_run: GOLD_EXECUTIONS_UNCOUNTED,
             prepare_ms: None,
             traced: None,
         }
@@ -96,6 +107,7 @@ fn figures(lite: &BTreeMap<String, String>, records: &BTreeMap<String, GoldRecor
         resolved: u32,
         traced: u32,
         executions_ms: f64,
+        executions_run: f64,
         prepare_ms: f64,
         missing: Vec<String>,
         unresolved: Vec<String>,
@@ -113,6 +125,7 @@ fn figures(lite: &BTreeMap<String, String>, records: &BTreeMap<String, GoldRecor
         s.resolved += u32::from(r.resolved);
         s.traced += u32::from(r.traced == Some(true));
         s.executions_ms += r.executions_ms;
+        s.executions_run += r.executions_run;
         s.prepare_ms += r.prepare_ms.unwrap_or(0.0);
         if r.errored {
             s.errored.push(id.clone());
@@ -149,18 +162,23 @@ fn figures(lite: &BTreeMap<String, String>, records: &BTreeMap<String, GoldRecor
         total.resolved += s.resolved;
         total.traced += s.traced;
         total.executions_ms += s.executions_ms;
+        total.executions_run += s.executions_run;
         total.prepare_ms += s.prepare_ms;
+        total.errored.extend(s.errored.iter().cloned());
     }
     let slot_ms = total.executions_ms + total.prepare_ms;
     let (swe_wall, swe_cores, swe_instances) = SWE_BENCH_LITE;
     let swe_per_instance = swe_wall * swe_cores / swe_instances;
     let ours_per_instance = slot_ms / 6e4 / f64::from(total.recorded.max(1));
+    let ours_per_execution = slot_ms / 6e4 / total.executions_run.max(1.0);
     json!({
         "by_repo": rows,
         "lite": total.lite,
         "recorded": total.recorded,
         "gold_resolved": total.resolved,
+        "errored": total.errored,
         "traced": total.traced,
+        "executions_run": total.executions_run,
         "executions_min": minutes(total.executions_ms),
         "environment_build_min": minutes(total.prepare_ms),
         "slot_min_per_instance": per(slot_ms, total.recorded),
@@ -174,7 +192,7 @@ fn figures(lite: &BTreeMap<String, String>, records: &BTreeMap<String, GoldRecor
             "core_min_per_instance": swe_per_instance,
             "core_min_per_execution": swe_per_instance,
             "ours_over_swe_bench_per_instance": ours_per_instance / swe_per_instance,
-            "ours_over_swe_bench_per_execution": ours_per_instance / GOLD_EXECUTIONS / swe_per_instance,
+            "ours_over_swe_bench_per_execution": ours_per_execution / swe_per_instance,
         },
     })
 }
@@ -232,12 +250,7 @@ pub fn run(records: &Path, slice: &Path, json_out: bool) -> Result<()> {
         v["lite"],
         v["recorded"],
         v["gold_resolved"],
-        v["by_repo"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|r| r["errored"].as_array().map_or(0, Vec::len))
-            .sum::<usize>(),
+        v["errored"].as_array().map_or(0, Vec::len),
         v["executions_min"],
         v["environment_build_min"],
         v["slot_min_per_instance"]
@@ -260,7 +273,7 @@ mod tests {
         .unwrap();
         std::fs::write(
             dir.path().join("slice-r.jsonl"),
-            "{\"instance_id\":\"r__r-2\",\"executor\":\"process\",\"gold_resolved\":true,\"executions_ms\":90000,\"prepare_ms\":30000,\"coverage\":true}\n{\"instance_id\":\"r__r-4\",\"executor\":\"process\",\"gold_resolved\":null,\"error_class\":\"bad_input:environment\",\"executions_ms\":0,\"prepare_ms\":5000}\n",
+            "{\"instance_id\":\"r__r-2\",\"executor\":\"process\",\"gold_resolved\":true,\"executions_ms\":90000,\"executions_run\":6,\"prepare_ms\":30000,\"coverage\":true}\n{\"instance_id\":\"r__r-4\",\"executor\":\"process\",\"gold_resolved\":null,\"error_class\":\"bad_input:environment\",\"executions_ms\":0,\"prepare_ms\":5000}\n",
         )
         .unwrap();
         let records = read_records(dir.path()).unwrap();
@@ -271,6 +284,7 @@ mod tests {
                 resolved: true,
                 errored: false,
                 executions_ms: 90_000.0,
+                executions_run: 6.0,
                 prepare_ms: Some(30_000.0),
                 traced: Some(true)
             }
@@ -298,6 +312,13 @@ mod tests {
         assert_eq!(r["slot_min_per_instance"], 1.03);
         assert_eq!(v["ideal_wall_min"]["2"], 1.5);
         assert_eq!(v["swe_bench"]["core_min_per_instance"], 1.6);
+        assert_eq!(v["errored"], json!(["r__r-4"]));
+        // r-1 (an older record) counts six executions, r-2 six and r-4 none: 185 s over 12.
+        assert_eq!(v["executions_run"], 12.0);
+        let per_execution = v["swe_bench"]["ours_over_swe_bench_per_execution"]
+            .as_f64()
+            .unwrap();
+        assert!((per_execution - 185.0 / 60.0 / 12.0 / 1.6).abs() < 1e-9);
     }
 
     #[test]

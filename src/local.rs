@@ -19,7 +19,7 @@ pub struct LocalNodes {
     pub count: u32,
     /// Slots of each.
     pub slots: Vec<SlotSpec>,
-    /// Extra `reprobench node` arguments (the node settings, `SwtNodeArgs::node_args`).
+    /// Extra `reprobench node` arguments (the node settings, `NodeOptions::node_args`).
     pub args: Vec<String>,
 }
 

@@ -117,10 +117,11 @@ struct Target {
     tls_server_name: Option<String>,
 }
 
-/// Where SWT executors find repositories and keep caches (for `node`, and the local nodes of
-/// `run`, `eval` and `quickstart`).
+/// A node's settings, for every executor kind: where SWT executors find repositories and keep
+/// caches, the docker image and disk, the android simulator and emulators, and what the node lets
+/// a sweep run (for `node`, and the local nodes of `run`, `eval` and `quickstart`).
 #[derive(Args, Clone)]
-pub struct SwtNodeArgs {
+pub struct NodeOptions {
     /// Directory of bare repository mirrors named OWNER__NAME.git [default: DATASETS/repos].
     #[arg(long, value_name = "DIR")]
     repos: Option<PathBuf>,
@@ -197,13 +198,13 @@ pub struct SwtNodeArgs {
     allow_http_hosts: Vec<String>,
 }
 
-impl SwtNodeArgs {
+impl NodeOptions {
     /// The defaults, as if no flag was given (clap's, from the attributes above).
-    pub fn defaults() -> SwtNodeArgs {
+    pub fn defaults() -> NodeOptions {
         #[derive(Parser)]
         struct NoFlags {
             #[command(flatten)]
-            node: SwtNodeArgs,
+            node: NodeOptions,
         }
         NoFlags::parse_from(["reprobench"]).node
     }
@@ -572,10 +573,10 @@ struct NodeArgs {
     drain_timeout_s: u64,
     /// The node's settings as one JSON value, in place of the flags below: how `run`, `eval`
     /// and `quickstart` start their local nodes.
-    #[arg(long, value_name = "JSON", hide = true, conflicts_with = "SwtNodeArgs")]
+    #[arg(long, value_name = "JSON", hide = true, conflicts_with = "NodeOptions")]
     settings_json: Option<String>,
     #[command(flatten)]
-    swt: SwtNodeArgs,
+    swt: NodeOptions,
 }
 
 #[derive(Args)]
@@ -604,7 +605,7 @@ struct RunArgs {
     #[arg(long, value_name = "DIR")]
     datasets: Option<PathBuf>,
     #[command(flatten)]
-    node: SwtNodeArgs,
+    node: NodeOptions,
 }
 
 impl RunArgs {
@@ -1142,10 +1143,10 @@ mod tests {
         );
     }
 
-    /// `SwtNodeArgs::defaults()` is what no flag gives.
+    /// `NodeOptions::defaults()` is what no flag gives.
     #[test]
     fn the_node_defaults_are_the_flags_defaults() {
-        let d = super::SwtNodeArgs::defaults();
+        let d = super::NodeOptions::defaults();
         assert_eq!(d.image_budget_gb, 20);
         assert_eq!(d.base_image, reprobench_sandbox::docker::DEFAULT_BASE_IMAGE);
         assert_eq!(

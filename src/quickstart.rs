@@ -10,7 +10,7 @@ use std::path::Path;
 /// and `ltgdroid` when a backbone is configured.
 async fn quickstart_android(
     data: &Path,
-    node: &crate::SwtNodeArgs,
+    node: &crate::NodeOptions,
     nodes: u32,
     json: bool,
     backbone: Option<reprobench_domain::sweep::BackboneSpec>,
@@ -35,7 +35,7 @@ async fn quickstart_android(
     let local = LocalNodes {
         count: nodes,
         slots: vec![SlotSpec {
-            kind: "sim".into(),
+            kind: reprobench_domain::registry::ExecutorKind::Sim,
             slots: 2,
         }],
         args: node.node_args(),
@@ -75,7 +75,7 @@ pub fn backbone_from_env() -> Option<reprobench_domain::sweep::BackboneSpec> {
 /// when the engine and base image are there, else the process executor), then android-sim with
 /// `gold-trace` and `monkey` (and `ltgdroid` with a backbone) on simulated devices.
 pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
-    let node = crate::SwtNodeArgs::defaults();
+    let node = crate::NodeOptions::defaults();
     let datasets_dir = reprobench_domain::swt::default_datasets_dir();
     let ds = crate::datasets::load("swt-mini", &datasets_dir, Path::new("."), None)?;
     crate::datasets::ensure_mirrors(&ds, &node.settings().repos)?;
@@ -122,7 +122,7 @@ pub async fn quickstart(data: &Path, nodes: u32, json: bool) -> Result<()> {
         backbones: backbone.into_iter().collect(),
         budget: Default::default(),
         eval: reprobench_domain::sweep::EvalSettings {
-            executor: executor.clone(),
+            executor,
             timeout_s: 300,
             ..Default::default()
         },

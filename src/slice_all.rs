@@ -208,17 +208,21 @@ fn reports(run: &Value) -> BTreeMap<String, Value> {
     out
 }
 
-/// Milliseconds an instance took on its slot: building its environment and its executions.
-fn instance_ms(r: &Value) -> (f64, f64) {
+/// What an instance took on its slot: milliseconds building its environment, milliseconds of
+/// its executions, and how many executions ran (those read from a cache are not counted).
+fn instance_ms(r: &Value) -> (f64, f64, usize) {
     let prepare = r["prepare_ms"].as_f64().unwrap_or(0.0);
-    let executions: f64 = r["executions"]
+    let ran: Vec<&Value> = r["executions"]
         .as_object()
         .into_iter()
         .flat_map(|m| m.values())
         .filter(|e| e["cached"] != true)
+        .collect();
+    let executions: f64 = ran
+        .iter()
         .map(|e| e["command_ms"].as_f64().unwrap_or(0.0) + e["overhead_ms"].as_f64().unwrap_or(0.0))
         .sum();
-    (prepare, executions)
+    (prepare, executions, ran.len())
 }
 
 /// Wall seconds spent per step, summed over every invocation (a resumed step adds its part).
@@ -536,7 +540,7 @@ fn instance_records(
 ) -> Vec<Value> {
     gold.iter()
         .map(|(id, r)| {
-            let (prepare_ms, executions_ms) = instance_ms(r);
+            let (prepare_ms, executions_ms, executions_run) = instance_ms(r);
             let p = preds.get(id);
             let mut rec = json!({
                 "instance_id": id,
@@ -549,6 +553,7 @@ fn instance_records(
                 "environment_left_out": r["environment_left_out"],
                 "prepare_ms": prepare_ms,
                 "executions_ms": executions_ms,
+                "executions_run": executions_run,
                 "assertflip_resolved": p.map(|p| p["resolved"].clone()),
                 "assertflip_verdict": p.map(|p| p["verdict"].clone()),
                 "official_resolved": official.get(id),
@@ -586,7 +591,7 @@ fn repo_figures(records: &[Value], gold: &BTreeMap<String, Value>) -> Value {
     let (prepare, executions) = gold
         .values()
         .map(instance_ms)
-        .fold((0.0, 0.0), |(a, b), (p, e)| (a + p, b + e));
+        .fold((0.0, 0.0), |(a, b), (p, e, _)| (a + p, b + e));
     let n = records.len().max(1) as f64;
     json!({
         "gold_resolved": resolved,
@@ -701,6 +706,10 @@ mod tests {
         let recs = instance_records(&gold, &preds, &official, std::slice::from_ref(&gold));
         assert_eq!(recs.len(), 3);
         assert!(recs[2]["official_resolved"].is_null());
+        assert_eq!(
+            recs[0]["executions_run"], 1,
+            "a cached execution did not run"
+        );
         let f = repo_figures(&recs, &gold);
         assert_eq!(f["gold_resolved"], 2);
         assert_eq!(f["official_compared"], 2);

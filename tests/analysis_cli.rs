@@ -101,28 +101,14 @@ fn ltgdroid_table_iv_improvements_are_reproduced_from_the_published_figures() {
 #[test]
 fn results_exported_as_parquet_and_jsonl_give_the_same_tables() {
     let dir = tempfile::tempdir().unwrap();
-    let sweep = dir.path().join("s.toml");
-    std::fs::write(&sweep, "name='t'\ndatasets=['synthetic:40:1']\nrepeats=2\n[[agents]]\nname='synthetic'\nvariants=['full','no-x']\n").unwrap();
-    let data = dir.path().join("data");
-    let out = Command::new(bin())
-        .args([
-            "run",
-            sweep.to_str().unwrap(),
-            "--local-nodes",
-            "1",
-            "--json",
-            "--data",
-            data.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let run = common::LocalRun::start(
+        dir.path(),
+        "s",
+        "name='t'\ndatasets=['synthetic:40:1']\nrepeats=2\n[[agents]]\nname='synthetic'\nvariants=['full','no-x']\n",
+        1,
+        &[],
     );
-    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let run_id = run["run_id"].as_str().unwrap();
+    let (data, run_id) = (&run.data, run.run_id());
     let export = |format: &str, file: &str| {
         let path = dir.path().join(file);
         let st = Command::new(bin())
@@ -151,7 +137,7 @@ fn results_exported_as_parquet_and_jsonl_give_the_same_tables() {
     assert_eq!(a.as_array().unwrap().len(), 2, "full and no-x");
     let ablation = tables(&["--results", pq.to_str().unwrap(), "--kind", "ablation"]);
     assert_eq!(ablation[0]["variant"], "synthetic");
-    let succeeded = run["succeeded"].as_f64().unwrap();
+    let succeeded = run.summary["succeeded"].as_f64().unwrap();
     let mean_sr: f64 = a
         .as_array()
         .unwrap()

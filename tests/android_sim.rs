@@ -5,51 +5,19 @@
 
 mod common;
 
-use common::bin;
 use serde_json::Value;
-use std::process::Command;
 
 #[test]
 fn gold_trace_reproduces_every_sim_report_and_monkey_no_non_crash_one() {
     let dir = tempfile::tempdir().unwrap();
-    let sweep = dir.path().join("android.toml");
-    std::fs::write(
-        &sweep,
+    let rows = common::LocalRun::start(
+        dir.path(),
+        "android",
         "name = \"android-sim\"\ndatasets = [\"android-sim\"]\nseed = 3\n[[agents]]\nname = \"gold-trace\"\n[[agents]]\nname = \"monkey\"\n",
+        1,
+        &[],
     )
-    .unwrap();
-    let data = dir.path().join("data");
-    let out = Command::new(bin())
-        .arg("run")
-        .arg(&sweep)
-        .args(["--local-nodes", "1", "--json", "--data"])
-        .arg(&data)
-        .arg("--artifacts")
-        .arg(dir.path().join("artifacts"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let results = Command::new(bin())
-        .args([
-            "results",
-            run["run_id"].as_str().unwrap(),
-            "--format",
-            "jsonl",
-            "--data",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
-    let rows: Vec<Value> = String::from_utf8_lossy(&results.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    .rows();
     let of = |agent: &'static str| rows.iter().filter(move |r| r["agent"] == agent);
     assert_eq!(of("gold-trace").count(), 12);
     for r in of("gold-trace") {
@@ -127,11 +95,8 @@ fn ltgdroid_variants_and_baselines_run_through_the_gateway_against_a_scripted_se
         };
         ScriptedReply::text(&text)
     }));
-    let sweep = dir.path().join("ltgdroid.toml");
-    std::fs::write(
-        &sweep,
-        format!(
-            r#"name = "ltgdroid-scripted"
+    let toml = format!(
+        r#"name = "ltgdroid-scripted"
 datasets = ["{suite}"]
 [[agents]]
 name = "ltgdroid"
@@ -151,43 +116,18 @@ api_key_env = "RB_TEST_LLM_KEY"
 max_actions = 100
 max_llm_calls = 400
 "#,
-            suite = suite.display(),
-            url = upstream.base_url()
-        ),
-    )
-    .unwrap();
-    let data = dir.path().join("data");
-    let out = Command::new(bin())
-        .arg("run")
-        .arg(&sweep)
-        .args(["--local-nodes", "1", "--json", "--data"])
-        .arg(&data)
-        .arg("--artifacts")
-        .arg(dir.path().join("artifacts"))
-        .env("RB_TEST_LLM_KEY", "sk-test")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        suite = suite.display(),
+        url = upstream.base_url()
     );
-    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let results = Command::new(bin())
-        .args([
-            "results",
-            run["run_id"].as_str().unwrap(),
-            "--format",
-            "jsonl",
-            "--data",
-        ])
-        .arg(&data)
-        .output()
-        .unwrap();
-    let rows: Vec<Value> = String::from_utf8_lossy(&results.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = common::LocalRun::start_with_env(
+        dir.path(),
+        "ltgdroid",
+        &toml,
+        1,
+        &[],
+        &[("RB_TEST_LLM_KEY", "sk-test")],
+    )
+    .rows();
     assert_eq!(rows.len(), 8, "5 ltgdroid variants and 3 baselines");
     let row = |agent: &str, variant: &str| {
         rows.iter()

@@ -39,26 +39,15 @@ fn refused(out: Output, needle: &str) {
 #[test]
 fn two_reviewers_agree_or_a_third_decides_and_results_follow() {
     let dir = tempfile::tempdir().unwrap();
-    let sweep = dir.path().join("android.toml");
-    std::fs::write(
-        &sweep,
+    let local = common::LocalRun::start(
+        dir.path(),
+        "android",
         "name = \"android-review\"\ndatasets = [\"android-sim\"]\nseed = 3\n[[agents]]\nname = \"gold-trace\"\n[[agents]]\nname = \"monkey\"\n",
-    )
-    .unwrap();
-    let data = dir.path().join("data");
-    let out = Command::new(bin())
-        .arg("run")
-        .arg(&sweep)
-        .args(["--local-nodes", "1", "--json", "--data"])
-        .arg(&data)
-        .arg("--artifacts")
-        .arg(dir.path().join("artifacts"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    let run: Value = serde_json::from_str(&ok(out)).unwrap();
-    let run = run["run_id"].as_str().unwrap().to_string();
-    let run = run.as_str();
+        1,
+        &[],
+    );
+    let data = local.data.clone();
+    let run = local.run_id();
 
     let queue: Vec<Value> =
         serde_json::from_str(&ok(review(&data, &["list", run, "--json"]))).unwrap();
@@ -251,15 +240,7 @@ fn two_reviewers_agree_or_a_third_decides_and_results_follow() {
     assert_eq!(status["changed_to_reproduced"], 1);
     assert_eq!(status["changed_to_not_reproduced"], 1);
 
-    let results = Command::new(bin())
-        .args(["results", run, "--format", "jsonl", "--data"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    let rows: Vec<Value> = ok(results)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let rows = local.rows();
     let row = |instance: &str, agent: &str| {
         rows.iter()
             .find(|r| r["instance_id"] == instance && r["agent"] == agent)

@@ -20,18 +20,10 @@ fn scratch() -> tempfile::TempDir {
     dir
 }
 
-fn eval(dir: &Path, executor: &str, predictions: &str, extra: &[&str]) -> (Value, String) {
-    let out = Command::new(bin())
-        .args([
-            "eval",
-            "--dataset",
-            "swt-mini",
-            "--predictions",
-            predictions,
-            "--executor",
-            executor,
-        ])
-        .args(["--local-nodes", "2", "--json"])
+/// `reprobench ARGS` on the test datasets, with its data, mirrors and caches in `dir`.
+fn local_command(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(bin());
+    c.args(args)
         .arg("--datasets")
         .arg(datasets())
         .arg("--data")
@@ -39,10 +31,29 @@ fn eval(dir: &Path, executor: &str, predictions: &str, extra: &[&str]) -> (Value
         .arg("--repos")
         .arg(dir.join("repos"))
         .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .args(extra)
-        .output()
-        .unwrap();
+        .arg(dir.join("cache"));
+    c
+}
+
+fn eval(dir: &Path, executor: &str, predictions: &str, extra: &[&str]) -> (Value, String) {
+    let out = local_command(
+        dir,
+        &[
+            "eval",
+            "--dataset",
+            "swt-mini",
+            "--predictions",
+            predictions,
+            "--executor",
+            executor,
+            "--local-nodes",
+            "2",
+            "--json",
+        ],
+    )
+    .args(extra)
+    .output()
+    .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "eval failed: {stderr}");
     (
@@ -366,27 +377,19 @@ fn bad_inputs_are_classified_and_the_rest_of_the_run_completes() {
     );
 }
 
+/// `reprobench run` of the sweep `dir/s.toml` with one local node, on the test datasets, its data,
+/// mirrors and caches in `dir`.
+fn run_sweep(dir: &Path) -> Command {
+    let sweep = dir.join("s.toml");
+    local_command(
+        dir,
+        &["run", &sweep.to_string_lossy(), "--local-nodes", "1"],
+    )
+}
+
 /// Runs `reprobench run` on a gold sweep of swt-mini on the docker executor (named in the sweep)
 /// with `extra` arguments; it must end within a minute (a sweep whose tasks no local node can
 /// take would wait forever), unsuccessfully.
-/// `reprobench run` of the sweep `dir/s.toml` with one local node, on the test datasets, its data,
-/// mirrors and caches in `dir`.
-fn run_sweep(dir: &std::path::Path) -> Command {
-    let mut c = Command::new(bin());
-    c.arg("run")
-        .arg(dir.join("s.toml"))
-        .args(["--local-nodes", "1"])
-        .arg("--datasets")
-        .arg(datasets())
-        .arg("--data")
-        .arg(dir.join("data"))
-        .arg("--repos")
-        .arg(dir.join("repos"))
-        .arg("--cache-dir")
-        .arg(dir.join("cache"));
-    c
-}
-
 fn refused_run(extra: &[&str]) -> String {
     let dir = scratch();
     std::fs::write(

@@ -324,25 +324,7 @@ impl Cluster {
 
     /// Result rows (JSONL export from the store).
     pub fn results(&self, run: &str) -> Vec<Value> {
-        let data = self.data();
-        let out = self.cli(&[
-            "results",
-            run,
-            "--format",
-            "jsonl",
-            "--data",
-            data.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "results failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        results_in(&self.data(), run)
     }
 
     /// All process logs, for failure messages.
@@ -428,4 +410,90 @@ pub fn shared_data(sub: &str) -> Option<PathBuf> {
     );
     eprintln!("skipped: {} is absent", dir.display());
     None
+}
+
+/// A run's result rows, exported as JSON lines from the store in `data`.
+pub fn results_in(data: &Path, run: &str) -> Vec<Value> {
+    let out = Command::new(bin())
+        .args(["results", run, "--format", "jsonl", "--data"])
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "results failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A sweep run to its end with `reprobench run --local-nodes N --json`.
+pub struct LocalRun {
+    /// The run's store (`--data`).
+    pub data: PathBuf,
+    /// Where its executors wrote files (`--artifacts`).
+    pub artifacts: PathBuf,
+    /// What `--json` printed.
+    pub summary: Value,
+}
+
+impl LocalRun {
+    /// Writes `toml` to `dir/NAME.toml` and runs it on `nodes` local nodes from the repository's
+    /// root (so bundled datasets are found), with its data and artifacts in `dir` and `extra`
+    /// arguments; the test fails with the run's stderr if the run does.
+    pub fn start(dir: &Path, name: &str, toml: &str, nodes: u32, extra: &[&str]) -> LocalRun {
+        LocalRun::start_with_env(dir, name, toml, nodes, extra, &[])
+    }
+
+    /// [`LocalRun::start`] with `env` set for the run (and its local nodes).
+    pub fn start_with_env(
+        dir: &Path,
+        name: &str,
+        toml: &str,
+        nodes: u32,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> LocalRun {
+        let sweep = dir.join(format!("{name}.toml"));
+        std::fs::write(&sweep, toml).unwrap();
+        let (data, artifacts) = (dir.join("data"), dir.join("artifacts"));
+        let out = Command::new(bin())
+            .arg("run")
+            .arg(&sweep)
+            .args(["--local-nodes", &nodes.to_string(), "--json", "--data"])
+            .arg(&data)
+            .arg("--artifacts")
+            .arg(&artifacts)
+            .args(extra)
+            .envs(env.iter().copied())
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "run {name} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        LocalRun {
+            data,
+            artifacts,
+            summary,
+        }
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        self.summary["run_id"].as_str().expect("a run id")
+    }
+
+    /// The run's result rows.
+    pub fn rows(&self) -> Vec<Value> {
+        results_in(&self.data, self.run_id())
+    }
 }

@@ -3,6 +3,7 @@
 //! other crates (synthetic, SWT, Android) into one runtime. It never depends on the coordinator
 //! crate: the two meet only through `reprobench-proto`.
 
+pub mod attempt;
 pub mod runtime;
 pub mod swt_executor;
 pub mod synthetic;

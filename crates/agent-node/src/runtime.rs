@@ -3,18 +3,18 @@
 //! every finished result until the coordinator acknowledges it, stops work whose lease it has
 //! lost, and drains on request.
 
+use crate::attempt::{self, Action, AttemptEvent, AttemptState};
 use crate::swt_executor::SwtExecutor;
 use crate::synthetic::SyntheticExecutor;
 use reprobench_domain::kind::SlotSpec;
 use reprobench_domain::registry::ExecutorKind;
-use reprobench_executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor};
+use reprobench_executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor, FailureClass};
 use reprobench_gateway::{Gateway, GatewayConfig, UpstreamPolicy};
 use reprobench_proto::auth::{ClientError, CoordinatorAddress, error_chain};
 use reprobench_proto::v1::node_service_client::NodeServiceClient;
 use reprobench_proto::v1::{
-    AttemptProgress, AttemptRef, AttemptResult, Credit, Draining, FailureClass, HandBack,
-    Heartbeat, Hello, NodeMessage, Outcome, RegisterRequest, SlotCount, coordinator_message,
-    node_message,
+    AttemptProgress, AttemptRef, AttemptResult, Credit, Draining, HandBack, Heartbeat, Hello,
+    NodeMessage, RegisterRequest, SlotCount, coordinator_message, node_message,
 };
 use reprobench_sandbox::docker::{DockerConfig, DockerSandbox};
 use reprobench_sandbox::process::ProcessSandbox;
@@ -157,17 +157,11 @@ fn process_cache_dir(cache: &std::path::Path) -> PathBuf {
 /// Builds the executor of each kind the node offers slots for.
 async fn build_executors(
     cfg: &NodeConfig,
-) -> Result<HashMap<String, Arc<dyn Executor>>, NodeError> {
-    let mut executors: HashMap<String, Arc<dyn Executor>> = HashMap::new();
+) -> Result<HashMap<ExecutorKind, Arc<dyn Executor>>, NodeError> {
+    let mut executors: HashMap<ExecutorKind, Arc<dyn Executor>> = HashMap::new();
     let mut gateway: Option<Gateway> = None;
     for spec in &cfg.slots {
-        let Some(kind) = ExecutorKind::parse(&spec.kind) else {
-            return Err(NodeError::Config(format!(
-                "`{}` is not an executor kind; offer slots of: {}",
-                spec.kind,
-                ExecutorKind::names()
-            )));
-        };
+        let kind = spec.kind;
         if kind.runs_agents() && gateway.is_none() {
             let code = &cfg.swt.code;
             let config = GatewayConfig {
@@ -251,7 +245,7 @@ async fn build_executors(
                 })
             }
         };
-        executors.insert(spec.kind.clone(), exec);
+        executors.insert(kind, exec);
     }
     Ok(executors)
 }
@@ -283,13 +277,17 @@ enum Event {
     },
 }
 
-struct RunningAttempt {
-    kind: String,
+/// A granted attempt the node still holds: running, stopping, or finished and awaiting its ack.
+struct HeldAttempt {
+    attempt: AttemptRef,
+    /// Where it is in its lifecycle ([`crate::attempt`]); final states are never stored.
+    state: AttemptState,
+    kind: ExecutorKind,
     cancel: CancellationToken,
     /// The node's own view of the lease: it stops the attempt when this passes without renewal.
     local_deadline: Instant,
-    /// Hand the attempt back (drain) instead of staying silent when it stops.
-    hand_back: bool,
+    /// Its result once it finished, kept (and resent on reconnection) until acknowledged.
+    result: Option<AttemptResult>,
 }
 
 struct Connection {
@@ -301,10 +299,10 @@ struct Connection {
 
 struct Node {
     cfg: NodeConfig,
-    executors: HashMap<String, Arc<dyn Executor>>,
-    free: HashMap<String, u32>,
-    running: HashMap<AttemptRef, RunningAttempt>,
-    outbox: BTreeMap<(u64, u64), AttemptResult>,
+    executors: HashMap<ExecutorKind, Arc<dyn Executor>>,
+    free: HashMap<ExecutorKind, u32>,
+    /// Every attempt the node holds, by (task id, epoch).
+    attempts: BTreeMap<(u64, u64), HeldAttempt>,
     warm: HashSet<String>,
     conn: Option<Connection>,
     generation: u64,
@@ -313,7 +311,8 @@ struct Node {
     draining: bool,
     drain_deadline: Option<Instant>,
     events_tx: mpsc::UnboundedSender<Event>,
-    progress_tx: mpsc::UnboundedSender<(AttemptRef, f64, String)>,
+    /// Executors' progress reports, by the executors' (domain) attempt reference.
+    progress_tx: mpsc::UnboundedSender<(reprobench_executor::AttemptRef, f64, String)>,
     /// Random per process, sent at registration (see `RegisterRequest.session`).
     session: String,
 }
@@ -337,15 +336,10 @@ pub async fn run_node(
     let (events_tx, mut events_rx) = mpsc::unbounded_channel();
     let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
     let mut node = Node {
-        free: cfg
-            .slots
-            .iter()
-            .map(|s| (s.kind.clone(), s.slots))
-            .collect(),
+        free: cfg.slots.iter().map(|s| (s.kind, s.slots)).collect(),
         cfg,
         executors,
-        running: HashMap::new(),
-        outbox: BTreeMap::new(),
+        attempts: BTreeMap::new(),
         warm: HashSet::new(),
         conn: None,
         generation: 0,
@@ -366,13 +360,13 @@ pub async fn run_node(
     let watchdog = Duration::from_millis(50);
     loop {
         if node.draining
-            && node.running.is_empty()
-            && (node.outbox.is_empty()
+            && node.running() == 0
+            && (node.unacked() == 0
                 || node.conn.is_none() && node.past_drain(Duration::from_secs(10)))
         {
-            if !node.outbox.is_empty() {
+            if node.unacked() != 0 {
                 tracing::warn!(
-                    results = node.outbox.len(),
+                    results = node.unacked(),
                     "drained without delivering every result; the coordinator will rerun those tasks when their leases expire"
                 );
             }
@@ -429,7 +423,7 @@ pub async fn run_node(
         tokio::select! {
             Some(ev) = events_rx.recv() => node.handle(ev),
             Some((attempt, fraction, message)) = progress_rx.recv() => {
-                node.send(node_message::Body::Progress(AttemptProgress { attempt: Some(attempt), message, fraction }));
+                node.send(node_message::Body::Progress(AttemptProgress { attempt: Some(attempt.into()), message, fraction }));
             }
             sig = shutdown.recv(), if shutdown_open => {
                 signals += 1;
@@ -484,9 +478,65 @@ impl Node {
 
     /// Attempts whose lease the node still holds, including finished ones awaiting an ack.
     fn held(&self) -> Vec<AttemptRef> {
-        let mut held: Vec<AttemptRef> = self.running.keys().copied().collect();
-        held.extend(self.outbox.values().filter_map(|r| r.attempt));
-        held
+        self.attempts.values().map(|a| a.attempt).collect()
+    }
+
+    /// How many attempts still hold a slot (their executions have not returned).
+    fn running(&self) -> usize {
+        self.attempts
+            .values()
+            .filter(|a| a.state.holds_slot())
+            .count()
+    }
+
+    /// How many finished attempts wait for the coordinator's ack.
+    fn unacked(&self) -> usize {
+        self.attempts
+            .values()
+            .filter(|a| a.state == AttemptState::Unacked)
+            .count()
+    }
+
+    /// Moves a held attempt through the lifecycle table and does what the step says. Returns
+    /// whether the event applied (an event its state does not take changes nothing).
+    fn step(&mut self, key: (u64, u64), event: AttemptEvent) -> bool {
+        let Some(held) = self.attempts.get_mut(&key) else {
+            return false;
+        };
+        let step = match attempt::next(held.state, event) {
+            Ok(step) => step,
+            Err(e) => {
+                tracing::debug!(task = key.0, epoch = key.1, "ignored: {e}");
+                return false;
+            }
+        };
+        held.state = step.to;
+        let (attempt, kind, cancel) = (held.attempt, held.kind, held.cancel.clone());
+        let result = held.result.clone();
+        for action in step.actions {
+            match action {
+                Action::Cancel => cancel.cancel(),
+                Action::SendResult => {
+                    if let Some(result) = result.clone() {
+                        self.send(node_message::Body::Result(result));
+                    }
+                }
+                Action::SendHandBack => self.send(hand_back(attempt, "node draining".into())),
+                Action::FreeSlot => {
+                    *self.free.entry(kind).or_insert(0) += 1;
+                    if !self.draining {
+                        self.send(node_message::Body::Credit(Credit {
+                            kind: kind.to_string(),
+                            slots: 1,
+                        }));
+                    }
+                }
+            }
+        }
+        if step.to.is_final() {
+            self.attempts.remove(&key);
+        }
+        true
     }
 
     async fn connect(&mut self) -> Result<(), ConnectFailure> {
@@ -500,7 +550,7 @@ impl Node {
             .slots
             .iter()
             .map(|s| SlotCount {
-                kind: s.kind.clone(),
+                kind: s.kind.to_string(),
                 slots: s.slots,
             })
             .collect();
@@ -530,7 +580,7 @@ impl Node {
             .free
             .iter()
             .map(|(k, n)| SlotCount {
-                kind: k.clone(),
+                kind: k.to_string(),
                 slots: if self.draining { 0 } else { *n },
             })
             .collect();
@@ -573,13 +623,18 @@ impl Node {
             out,
             unanswered: VecDeque::from([sent_at]),
         });
-        for r in self.outbox.values() {
-            self.send(node_message::Body::Result(r.clone()));
+        let unacked: Vec<AttemptResult> = self
+            .attempts
+            .values()
+            .filter_map(|a| a.result.clone())
+            .collect();
+        for r in unacked {
+            self.send(node_message::Body::Result(r));
         }
         if self.draining {
             self.send(node_message::Body::Draining(Draining {}));
         }
-        tracing::info!(node = %self.cfg.node_id, url = %self.cfg.coordinator.url, held = self.running.len() + self.outbox.len(), "connected to the coordinator");
+        tracing::info!(node = %self.cfg.node_id, url = %self.cfg.coordinator.url, held = self.attempts.len(), "connected to the coordinator");
         Ok(())
     }
 
@@ -623,10 +678,13 @@ impl Node {
         match body {
             Body::Grant(g) => {
                 let Some(attempt) = g.attempt else { return };
-                let free = self.free.get_mut(&g.kind);
-                let (Some(free), Some(exec)) = (
+                // The wire names the kind; from here on it is an `ExecutorKind`.
+                let kind = ExecutorKind::parse(&g.kind);
+                let free = kind.and_then(|k| self.free.get_mut(&k));
+                let (Some(kind), Some(free), Some(exec)) = (
+                    kind,
                     free.filter(|f| **f > 0),
-                    self.executors.get(&g.kind).cloned(),
+                    kind.and_then(|k| self.executors.get(&k).cloned()),
                 ) else {
                     let reason = format!("no free `{}` slot on {}", g.kind, self.cfg.node_id);
                     self.send(hand_back(attempt, reason));
@@ -635,19 +693,23 @@ impl Node {
                 *free -= 1;
                 let cancel = CancellationToken::new();
                 let local_deadline = Instant::now() + self.local_lease(g.lease_ms);
-                self.running.insert(
-                    attempt,
-                    RunningAttempt {
-                        kind: g.kind.clone(),
+                let key = (attempt.task_id, attempt.epoch);
+                self.attempts.insert(
+                    key,
+                    HeldAttempt {
+                        attempt,
+                        state: AttemptState::Granted,
+                        kind,
                         cancel: cancel.clone(),
                         local_deadline,
-                        hand_back: false,
+                        result: None,
                     },
                 );
+                self.step(key, AttemptEvent::Started);
                 self.warm.insert(g.affinity_key.clone());
                 tracing::debug!(task = attempt.task_id, epoch = attempt.epoch, instance = %g.instance_id, "granted");
                 let spec = AttemptSpec {
-                    attempt,
+                    attempt: attempt.into(),
                     run_id: g.run_id,
                     agent: g.agent,
                     variant: g.variant,
@@ -678,22 +740,24 @@ impl Node {
                     .unwrap_or_else(Instant::now);
                 let deadline = sent_at + self.local_lease(r.lease_ms);
                 for a in r.renewed {
-                    if let Some(run) = self.running.get_mut(&a) {
-                        run.local_deadline = run.local_deadline.max(deadline);
+                    if let Some(held) = self.attempts.get_mut(&(a.task_id, a.epoch))
+                        && held.state.holds_slot()
+                    {
+                        held.local_deadline = held.local_deadline.max(deadline);
                     }
                 }
             }
             Body::Revoke(r) | Body::Cancel(r) => {
                 if let Some(a) = r.attempt
-                    && let Some(run) = self.running.get(&a)
+                    && self.state_of(a) == Some(AttemptState::Running)
                 {
                     tracing::warn!(task = a.task_id, epoch = a.epoch, reason = %r.reason, "attempt stopped by the coordinator");
-                    run.cancel.cancel();
+                    self.step((a.task_id, a.epoch), AttemptEvent::Revoked);
                 }
             }
             Body::ResultAck(ack) => {
                 if let Some(a) = ack.attempt {
-                    self.outbox.remove(&(a.task_id, a.epoch));
+                    self.step((a.task_id, a.epoch), AttemptEvent::Acked);
                     if !ack.accepted {
                         tracing::warn!(task = a.task_id, epoch = a.epoch, reason = %ack.reason, "result refused");
                     }
@@ -703,47 +767,45 @@ impl Node {
         }
     }
 
-    fn attempt_done(&mut self, attempt: AttemptRef, end: AttemptEnd) {
-        let Some(run) = self.running.remove(&attempt) else {
-            return;
-        };
-        *self.free.entry(run.kind.clone()).or_insert(0) += 1;
-        match end {
-            AttemptEnd::Finished(outcome) => self.deliver(attempt, outcome),
-            AttemptEnd::Cancelled if run.hand_back => {
-                self.send(hand_back(attempt, "node draining".into()));
-            }
-            AttemptEnd::Cancelled => {}
-        }
-        if !self.draining {
-            self.send(node_message::Body::Credit(Credit {
-                kind: run.kind,
-                slots: 1,
-            }));
-        }
+    /// Where a held attempt is, if the node holds it.
+    fn state_of(&self, a: AttemptRef) -> Option<AttemptState> {
+        self.attempts.get(&(a.task_id, a.epoch)).map(|h| h.state)
     }
 
-    fn deliver(&mut self, attempt: AttemptRef, outcome: Outcome) {
-        let result = AttemptResult {
-            attempt: Some(attempt),
-            outcome: Some(outcome),
-        };
-        self.outbox
-            .insert((attempt.task_id, attempt.epoch), result.clone());
-        self.send(node_message::Body::Result(result));
+    fn attempt_done(&mut self, attempt: AttemptRef, end: AttemptEnd) {
+        let key = (attempt.task_id, attempt.epoch);
+        match end {
+            AttemptEnd::Finished(outcome) => {
+                if let Some(held) = self.attempts.get_mut(&key) {
+                    // The edge: the executor's outcome becomes the wire's here.
+                    held.result = Some(AttemptResult {
+                        attempt: Some(attempt),
+                        outcome: Some(outcome.into()),
+                    });
+                }
+                self.step(key, AttemptEvent::Finished);
+            }
+            AttemptEnd::Cancelled => {
+                self.step(key, AttemptEvent::Cancelled);
+            }
+        }
     }
 
     /// Stops attempts whose lease ran out without renewal: the coordinator may have given them to another node.
     fn check_local_leases(&mut self, now: Instant) {
-        for (a, run) in &self.running {
-            if now >= run.local_deadline && !run.cancel.is_cancelled() {
-                tracing::warn!(
-                    task = a.task_id,
-                    epoch = a.epoch,
-                    "lease ran out without renewal; stopping the attempt"
-                );
-                run.cancel.cancel();
-            }
+        let expired: Vec<(u64, u64)> = self
+            .attempts
+            .iter()
+            .filter(|(_, h)| h.state == AttemptState::Running && now >= h.local_deadline)
+            .map(|(key, _)| *key)
+            .collect();
+        for key in expired {
+            tracing::warn!(
+                task = key.0,
+                epoch = key.1,
+                "lease ran out without renewal; stopping the attempt"
+            );
+            self.step(key, AttemptEvent::LeaseExpired);
         }
     }
 
@@ -751,7 +813,7 @@ impl Node {
         if self.draining {
             return;
         }
-        tracing::info!(%reason, running = self.running.len(), "draining: finishing running attempts, taking no new ones");
+        tracing::info!(%reason, running = self.running(), "draining: finishing running attempts, taking no new ones");
         self.draining = true;
         self.drain_deadline
             .get_or_insert(Instant::now() + self.cfg.drain_timeout);
@@ -759,11 +821,14 @@ impl Node {
     }
 
     fn hand_back_all(&mut self) {
-        for run in self.running.values_mut() {
-            if !run.hand_back {
-                run.hand_back = true;
-                run.cancel.cancel();
-            }
+        let held: Vec<(u64, u64)> = self
+            .attempts
+            .iter()
+            .filter(|(_, h)| h.state.holds_slot())
+            .map(|(key, _)| *key)
+            .collect();
+        for key in held {
+            self.step(key, AttemptEvent::HandBack);
         }
     }
 }
@@ -902,7 +967,7 @@ mod emulator_slot_tests {
             },
             node_id: "n".into(),
             slots: vec![SlotSpec {
-                kind: "emulator".into(),
+                kind: ExecutorKind::Emulator,
                 slots: 2,
             }],
             drain_timeout: Duration::from_secs(1),
@@ -930,7 +995,10 @@ mod emulator_slot_tests {
         e.emulators = 0;
         swt.emulator = Some(e);
         let execs = build_executors(&cfg(swt)).await.unwrap();
-        assert_eq!(execs["emulator"].kind(), ExecutorKind::Emulator);
+        assert_eq!(
+            execs[&ExecutorKind::Emulator].kind(),
+            ExecutorKind::Emulator
+        );
     }
 }
 
@@ -938,6 +1006,7 @@ mod emulator_slot_tests {
 mod panic_tests {
     use super::*;
     use reprobench_executor::BoxFuture;
+    use reprobench_executor::Outcome;
     use reprobench_proto::v1::Grant;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -993,17 +1062,16 @@ mod panic_tests {
                 },
                 node_id: "n".into(),
                 slots: vec![SlotSpec {
-                    kind: "synthetic".into(),
+                    kind: ExecutorKind::Synthetic,
                     slots: 1,
                 }],
                 drain_timeout: Duration::from_secs(1),
                 max_backoff: Duration::from_secs(1),
                 swt: SwtSettings::default(),
             },
-            executors: HashMap::from([("synthetic".to_string(), exec)]),
-            free: HashMap::from([("synthetic".to_string(), 1)]),
-            running: HashMap::new(),
-            outbox: BTreeMap::new(),
+            executors: HashMap::from([(ExecutorKind::Synthetic, exec)]),
+            free: HashMap::from([(ExecutorKind::Synthetic, 1)]),
+            attempts: BTreeMap::new(),
             warm: HashSet::new(),
             conn: Some(Connection {
                 generation: 1,
@@ -1054,13 +1122,21 @@ mod panic_tests {
         task_id: u64,
     ) -> AttemptResult {
         node.handle(granted);
-        assert_eq!(node.free["synthetic"], 0, "the grant takes the slot");
+        assert_eq!(
+            node.free[&ExecutorKind::Synthetic],
+            0,
+            "the grant takes the slot"
+        );
         let done = tokio::time::timeout(Duration::from_secs(30), events.recv())
             .await
             .expect("the attempt ends within 30 s")
             .expect("events open");
         node.handle(done);
-        node.outbox[&(task_id, 1)].clone()
+        let held = &node.attempts[&(task_id, 1)];
+        assert_eq!(held.state, AttemptState::Unacked);
+        held.result
+            .clone()
+            .expect("a finished attempt keeps its result")
     }
 
     /// Each log event: the spans it is in, root first, as (name, fields).
@@ -1180,7 +1256,11 @@ mod panic_tests {
         };
         let result = run_granted(&mut node, &mut events, granted, 3).await;
         let o = result.outcome.expect("an outcome");
-        assert_eq!(o.failure_class, FailureClass::BadInput as i32, "{o:?}");
+        assert_eq!(
+            reprobench_proto::convert::failure_class(o.failure_class),
+            FailureClass::BadInput,
+            "{o:?}"
+        );
         assert_eq!(o.error_class, "unsafe_name");
         assert_eq!(
             exec.calls.load(Ordering::SeqCst),
@@ -1201,14 +1281,22 @@ mod panic_tests {
 
         let first = run_one(&mut node, &mut events, 7).await;
         let o = first.outcome.expect("an outcome");
-        assert_eq!(o.failure_class, FailureClass::Infra as i32, "{o:?}");
+        assert_eq!(
+            reprobench_proto::convert::failure_class(o.failure_class),
+            FailureClass::Infra,
+            "{o:?}"
+        );
         assert_eq!(o.error_class, "executor_panic");
         assert!(
             o.error_message.contains("injected fault in task 7"),
             "{o:?}"
         );
-        assert!(node.running.is_empty(), "no longer listed in heartbeats");
-        assert_eq!(node.free["synthetic"], 1, "its slot is free again");
+        assert_eq!(node.running(), 0, "no longer listed as running");
+        assert_eq!(
+            node.free[&ExecutorKind::Synthetic],
+            1,
+            "its slot is free again"
+        );
         let sent: Vec<NodeMessage> = std::iter::from_fn(|| out.try_recv().ok()).collect();
         assert!(
             sent.iter()
@@ -1228,6 +1316,94 @@ mod panic_tests {
         assert_eq!(
             *shared.lock().unwrap_or_else(|e| e.into_inner()),
             vec![7, 8]
+        );
+    }
+
+    /// Runs until it is cancelled, then returns nothing.
+    struct WaitsForCancel;
+
+    impl Executor for WaitsForCancel {
+        fn kind(&self) -> ExecutorKind {
+            ExecutorKind::Synthetic
+        }
+        fn run(&self, _spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
+            Box::pin(async move {
+                ctx.cancel.cancelled().await;
+                AttemptEnd::Cancelled
+            })
+        }
+    }
+
+    /// Waits for the attempt's `Done` event and hands it to the node.
+    async fn end_next(node: &mut Node, events: &mut mpsc::UnboundedReceiver<Event>) {
+        let done = tokio::time::timeout(Duration::from_secs(30), events.recv())
+            .await
+            .expect("the attempt ends within 30 s")
+            .expect("events open");
+        node.handle(done);
+    }
+
+    #[tokio::test]
+    async fn a_revoked_attempt_ends_silently_and_a_drained_one_is_handed_back() {
+        let (mut node, mut events, mut out) = node(Arc::new(WaitsForCancel));
+        let first = AttemptRef {
+            task_id: 1,
+            epoch: 1,
+        };
+        node.handle(grant(1));
+        assert_eq!(node.state_of(first), Some(AttemptState::Running));
+        node.handle(Event::Inbound {
+            generation: 1,
+            body: coordinator_message::Body::Revoke(reprobench_proto::v1::Revoke {
+                attempt: Some(first),
+                reason: "the lease passed to another node".into(),
+            }),
+        });
+        assert_eq!(
+            node.state_of(first),
+            Some(AttemptState::Stopping(crate::attempt::StopCause::Revoked))
+        );
+        end_next(&mut node, &mut events).await;
+        assert_eq!(node.state_of(first), None, "released and forgotten");
+        assert_eq!(node.free[&ExecutorKind::Synthetic], 1);
+        let sent: Vec<NodeMessage> = std::iter::from_fn(|| out.try_recv().ok()).collect();
+        assert!(
+            !sent.iter().any(|m| matches!(
+                &m.body,
+                Some(node_message::Body::Result(_) | node_message::Body::HandBack(_))
+            )),
+            "a revoked attempt says nothing: {sent:?}"
+        );
+        assert!(
+            sent.iter()
+                .any(|m| matches!(&m.body, Some(node_message::Body::Credit(_)))),
+            "its slot is offered again: {sent:?}"
+        );
+
+        // Past the drain deadline, a running attempt is stopped and handed back.
+        let second = AttemptRef {
+            task_id: 2,
+            epoch: 1,
+        };
+        node.handle(grant(2));
+        node.start_drain("test");
+        node.hand_back_all();
+        end_next(&mut node, &mut events).await;
+        assert_eq!(node.state_of(second), None);
+        assert_eq!(node.held(), Vec::<AttemptRef>::new());
+        let sent: Vec<NodeMessage> = std::iter::from_fn(|| out.try_recv().ok()).collect();
+        assert!(
+            sent.iter().any(|m| matches!(
+                &m.body,
+                Some(node_message::Body::HandBack(h)) if h.attempt == Some(second)
+            )),
+            "handed back: {sent:?}"
+        );
+        assert!(
+            !sent
+                .iter()
+                .any(|m| matches!(&m.body, Some(node_message::Body::Credit(_)))),
+            "a draining node offers no slot: {sent:?}"
         );
     }
 }

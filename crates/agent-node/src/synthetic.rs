@@ -1,13 +1,13 @@
 //! The `synthetic` executor: sleeps for the task's seeded duration and succeeds with its seeded
 //! probability. It runs no agent and no model; it exists to exercise and benchmark the cluster.
 
+use reprobench_domain::outcome::{FailureClass, Outcome};
 use reprobench_domain::registry::ExecutorKind;
 use reprobench_domain::synthetic::SyntheticPayload;
 use reprobench_domain::time::now_ms;
 use reprobench_executor::{
     AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, bad_input,
 };
-use reprobench_proto::v1::{FailureClass, Outcome};
 use std::time::{Duration, Instant};
 
 /// Verdict of a synthetic task that drew success.
@@ -49,7 +49,7 @@ impl Executor for SyntheticExecutor {
             AttemptEnd::Finished(Outcome {
                 success,
                 verdict: if success { VERDICT_PASS } else { VERDICT_FAIL }.into(),
-                failure_class: FailureClass::None as i32,
+                failure_class: FailureClass::None,
                 wall_s: start.elapsed().as_secs_f64(),
                 started_at_ms,
                 finished_at_ms: now_ms(),
@@ -62,7 +62,7 @@ impl Executor for SyntheticExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reprobench_proto::v1::AttemptRef;
+    use reprobench_domain::outcome::AttemptRef;
     use tokio_util::sync::CancellationToken;
 
     fn spec(payload: &str) -> AttemptSpec {
@@ -112,7 +112,7 @@ mod tests {
         let AttemptEnd::Finished(o) = SyntheticExecutor.run(spec("{"), ctx()).await else {
             panic!()
         };
-        assert_eq!(o.failure_class, FailureClass::BadInput as i32);
+        assert_eq!(o.failure_class, FailureClass::BadInput);
         let c = ctx();
         c.cancel.cancel();
         let p = SyntheticPayload {

@@ -2,9 +2,9 @@
 //! repository: gold resolves every instance; hand-made predictions land in the right categories.
 
 use reprobench_agent_node::swt_executor::SwtExecutor;
+use reprobench_domain::outcome::{AttemptRef, FailureClass, Outcome};
 use reprobench_domain::swt::{EvalLimits, SwtAgent, SwtInstance, SwtPayload, load_dataset};
 use reprobench_executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor};
-use reprobench_proto::v1::{AttemptRef, FailureClass, Outcome};
 use reprobench_sandbox::process::ProcessSandbox;
 use reprobench_swt::mirror;
 use std::os::unix::fs::PermissionsExt;
@@ -146,7 +146,7 @@ async fn predictions_fall_into_their_categories() {
     let o = evaluate(&f, &inst, pred(Some("  \n".into())), 60).await;
     assert_eq!(
         (o.success, o.verdict.as_str(), o.failure_class),
-        (false, "unresolved", FailureClass::None as i32)
+        (false, "unresolved", FailureClass::None)
     );
 
     // A test failing before and after the fix: F→F, not resolved.
@@ -215,9 +215,6 @@ async fn predictions_fall_into_their_categories() {
     let o = evaluate(&f, &inst, pred(Some(outside)), 60).await;
     assert_eq!(
         (o.failure_class, o.error_class.as_str()),
-        (
-            FailureClass::BadInput as i32,
-            "bad_input:patch_outside_repo"
-        )
+        (FailureClass::BadInput, "bad_input:patch_outside_repo")
     );
 }

@@ -1,8 +1,10 @@
 //! Analysis over the results schema: the summary table `run` and `quickstart` print, the paper
 //! tables (`tables`, computed with polars over the result `frame`; rendered by `table`), the
 //! report and its HTML, plots, statistics (`stats`) and the regression gate across runs, and the
-//! import of published per-instance results.
+//! import of published per-instance results, and `bench`, the tables benchmark.
 
+#[cfg(feature = "frame")]
+pub mod bench;
 #[cfg(feature = "frame")]
 pub mod frame;
 pub mod html;

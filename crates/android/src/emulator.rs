@@ -21,6 +21,7 @@ use super::device::{Action, Crash, Device, DeviceError};
 use super::explore::monkey;
 use super::llm_agents;
 use reprobench_domain::android::{AndroidInstance, AndroidPayload, BugType, load_android_dataset};
+use reprobench_domain::outcome::{FailureClass, Outcome};
 use reprobench_domain::registry::ExecutorKind;
 use reprobench_domain::registry::{self, AgentKind, Track};
 use reprobench_domain::time::now_ms;
@@ -28,7 +29,6 @@ use reprobench_executor::{
     AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, error_end as error,
 };
 use reprobench_gateway::{Gateway, Usage};
-use reprobench_proto::v1::{FailureClass, Outcome};
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

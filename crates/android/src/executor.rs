@@ -12,6 +12,7 @@ use super::llm_agents;
 use super::sim::{BugKind, Dataset, SimDevice, SimLatency, replay};
 use reprobench_domain::android::AndroidPayload;
 use reprobench_domain::android::BugType;
+use reprobench_domain::outcome::{FailureClass, Outcome};
 use reprobench_domain::registry::ExecutorKind;
 use reprobench_domain::registry::{self, AgentKind, Track};
 use reprobench_domain::time::now_ms;
@@ -19,7 +20,6 @@ use reprobench_executor::{
     AttemptContext, AttemptEnd, AttemptSpec, BoxFuture, Executor, bad_input, error_end as error,
 };
 use reprobench_gateway::Gateway;
-use reprobench_proto::v1::{FailureClass, Outcome};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -7,11 +7,11 @@ use super::baselines;
 use super::device::{Device, DeviceError};
 use super::ltgdroid::{self, Config, Variant};
 use reprobench_domain::android::{AndroidPayload, AndroidReport, BugType};
+use reprobench_domain::outcome::FailureClass;
 use reprobench_domain::registry::{self, AgentKind, Track};
 use reprobench_gateway::llm::task_budget;
 use reprobench_gateway::llm::{GatewayLlm, Llm};
 use reprobench_gateway::{Gateway, Usage};
-use reprobench_proto::v1::FailureClass;
 use std::path::Path;
 use std::time::Duration;
 

@@ -8,7 +8,7 @@
 //! durable (group commit), and the order of events is the order of this one loop. What to do
 //! is the machine's decision ([`crate::machine`]); this module only carries it out.
 
-use crate::machine::{Answer, ConnId, Effects, Input, Machine, Now, ToNode, Write};
+use crate::machine::{Answer, ConnId, Effects, Input, Machine, Now, Refused, ToNode, Write};
 use crate::store::{Store, StoreError};
 use reprobench_domain::time::now_ms;
 use reprobench_proto::v1::{
@@ -221,6 +221,20 @@ enum Asker {
 enum Deferred {
     Node(ConnId, NodeSender, Box<coordinator_message::Body>),
     Reply(Box<dyn FnOnce() + Send>),
+}
+
+/// The machine's refusal as the gRPC status the server answers with: the edge where the
+/// transport's vocabulary begins.
+impl From<Refused> for Status {
+    fn from(r: Refused) -> Status {
+        match r {
+            Refused::NotFound(m) => Status::not_found(m),
+            Refused::InvalidArgument(m) => Status::invalid_argument(m),
+            Refused::FailedPrecondition(m) => Status::failed_precondition(m),
+            Refused::AlreadyExists(m) => Status::already_exists(m),
+            Refused::PermissionDenied(m) => Status::permission_denied(m),
+        }
+    }
 }
 
 fn reply<T: Send + 'static>(tx: oneshot::Sender<T>, value: T) -> Deferred {
@@ -497,23 +511,29 @@ impl Core {
         // A stream is open once the machine accepts it, so the messages of its step reach it.
         match (asker, answer) {
             (Asker::Nobody, None) => {}
-            (Asker::Register(tx), Some(Answer::Register(v))) => self.deferred.push(reply(tx, v)),
+            (Asker::Register(tx), Some(Answer::Register(v))) => {
+                self.deferred.push(reply(tx, v.map_err(Status::from)))
+            }
             (Asker::Connect(conn, node_id, out), Some(Answer::Connect(Ok(())))) => {
                 self.streams.insert(conn, (node_id, out));
             }
-            (Asker::Connect(_, _, out), Some(Answer::Connect(Err(status)))) => {
-                let _ = out.try_send(Err(status));
+            (Asker::Connect(_, _, out), Some(Answer::Connect(Err(refused)))) => {
+                let _ = out.try_send(Err(refused.into()));
             }
-            (Asker::Submit(tx), Some(Answer::Submit(v))) => self.deferred.push(reply(tx, v)),
-            (Asker::Cancel(tx), Some(Answer::Cancel(v))) => self.deferred.push(reply(tx, v)),
+            (Asker::Submit(tx), Some(Answer::Submit(v))) => {
+                self.deferred.push(reply(tx, v.map_err(Status::from)))
+            }
+            (Asker::Cancel(tx), Some(Answer::Cancel(v))) => {
+                self.deferred.push(reply(tx, v.map_err(Status::from)))
+            }
             (Asker::List(tx), Some(Answer::List(v))) => self.deferred.push(reply(tx, v)),
             (Asker::Counts(tx), Some(Answer::Counts(v))) => self.deferred.push(reply(tx, v)),
             (Asker::NodeLoads(tx), Some(Answer::NodeLoads(v))) => self.deferred.push(reply(tx, v)),
             (Asker::Watch(run_id, tx), Some(Answer::Watch(Ok(())))) => {
                 self.watchers.entry(run_id).or_default().push(tx);
             }
-            (Asker::Watch(_, tx), Some(Answer::Watch(Err(status)))) => {
-                let _ = tx.try_send(Err(status));
+            (Asker::Watch(_, tx), Some(Answer::Watch(Err(refused)))) => {
+                let _ = tx.try_send(Err(refused.into()));
             }
             (_, answer) => unreachable!("the machine answered {answer:?} to another question"),
         }

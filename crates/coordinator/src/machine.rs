@@ -23,7 +23,6 @@ use reprobench_proto::v1::{
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tonic::Status;
 
 /// Lease and heartbeat timing, and the placement policy.
 #[derive(Debug, Clone)]
@@ -140,21 +139,57 @@ pub enum Input {
     Dispatch,
 }
 
+/// Why the machine refuses a request. The driver answers it as the gRPC status of the same
+/// name ([`crate::core`]); the machine itself knows no transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// It names a run the coordinator does not have.
+    NotFound(String),
+    /// It is malformed (a sweep that does not parse or expand).
+    InvalidArgument(String),
+    /// It cannot be done in the current state (another protocol version, a node id in use).
+    FailedPrecondition(String),
+    /// It would make a second of something that must be one.
+    AlreadyExists(String),
+    /// The caller may not do it.
+    PermissionDenied(String),
+}
+
+/// The refusal of a request that names a run the coordinator does not have.
+pub fn no_such_run(run_id: &str) -> Refused {
+    Refused::NotFound(format!(
+        "no run `{run_id}`; `reprobench status` lists the runs"
+    ))
+}
+
+impl Refused {
+    /// The refusal in words.
+    pub fn message(&self) -> &str {
+        match self {
+            Refused::NotFound(m)
+            | Refused::InvalidArgument(m)
+            | Refused::FailedPrecondition(m)
+            | Refused::AlreadyExists(m)
+            | Refused::PermissionDenied(m) => m,
+        }
+    }
+}
+
 /// The answer to the input's asker, sent after the commit.
 #[derive(Debug)]
 pub enum Answer {
     /// To [`Input::Register`].
-    Register(Result<RegisterResponse, Status>),
+    Register(Result<RegisterResponse, Refused>),
     /// To [`Input::Connect`]: an error closes the stream.
-    Connect(Result<(), Status>),
+    Connect(Result<(), Refused>),
     /// To [`Input::Submit`].
-    Submit(Result<SubmitRunResponse, Status>),
+    Submit(Result<SubmitRunResponse, Refused>),
     /// To [`Input::Cancel`]: how many tasks were withdrawn.
-    Cancel(Result<u64, Status>),
+    Cancel(Result<u64, Refused>),
     /// To [`Input::List`].
     List(ListRunsResponse),
     /// To [`Input::Watch`]: an error ends the watch.
-    Watch(Result<(), Status>),
+    Watch(Result<(), Refused>),
     /// To [`Input::Counts`].
     Counts(Vec<KindCounts>),
     /// To [`Input::NodeLoads`]: (node id, attempts it holds), every connected node.
@@ -502,9 +537,7 @@ impl Machine {
                         run.last_publish = None;
                         Ok(())
                     }
-                    None => Err(Status::not_found(format!(
-                        "no run `{run_id}`; `reprobench status` lists the runs"
-                    ))),
+                    None => Err(no_such_run(&run_id)),
                 };
                 self.answer(Answer::Watch(answer));
             }
@@ -731,9 +764,9 @@ impl Machine {
         self.infra_failure(task, status, reason, &node_id);
     }
 
-    fn register(&mut self, req: RegisterRequest) -> Result<RegisterResponse, Status> {
+    fn register(&mut self, req: RegisterRequest) -> Result<RegisterResponse, Refused> {
         if req.protocol_version != reprobench_proto::PROTOCOL_VERSION {
-            return Err(Status::failed_precondition(format!(
+            return Err(Refused::FailedPrecondition(format!(
                 "node `{}` speaks protocol v{} but this coordinator speaks v{}; run the same reprobench release on the coordinator and its nodes",
                 req.node_id,
                 req.protocol_version,
@@ -741,12 +774,12 @@ impl Machine {
             )));
         }
         if req.node_id.trim().is_empty() {
-            return Err(Status::invalid_argument(
-                "node_id is empty; pass --name or let the node choose one",
+            return Err(Refused::InvalidArgument(
+                "node_id is empty; pass --name or let the node choose one".into(),
             ));
         }
         if req.slots.is_empty() {
-            return Err(Status::invalid_argument(format!(
+            return Err(Refused::InvalidArgument(format!(
                 "node `{}` offers no slots; pass --slots KIND=N",
                 req.node_id
             )));
@@ -789,10 +822,10 @@ impl Machine {
     /// Refuses a process of another session under the name of node `n` while `n` is connected:
     /// two processes under one name would replace each other's stream and leases. (A Work stream
     /// must come with the session that registered last, so Register is where this is checked.)
-    fn refuse_a_twin(&self, n: NodeIdx, session: &str) -> Result<(), Status> {
+    fn refuse_a_twin(&self, n: NodeIdx, session: &str) -> Result<(), Refused> {
         let node = &self.nodes[n as usize];
         if node.conn.is_some() && !session.is_empty() && node.session != session {
-            return Err(Status::already_exists(format!(
+            return Err(Refused::AlreadyExists(format!(
                 "a node named `{}` is already connected (host `{}`); give this node another --name, or stop that one first (a stopped node's name is free as soon as its stream closes)",
                 node.id, node.hostname
             )));
@@ -800,18 +833,18 @@ impl Machine {
         Ok(())
     }
 
-    fn connect(&mut self, node_id: String, conn: ConnId, hello: Hello) -> Result<(), Status> {
+    fn connect(&mut self, node_id: String, conn: ConnId, hello: Hello) -> Result<(), Refused> {
         let Some(&n) = self
             .node_index
             .get(&node_id)
             .filter(|&&n| !self.nodes[n as usize].slots.is_empty())
         else {
-            return Err(Status::failed_precondition(format!(
+            return Err(Refused::FailedPrecondition(format!(
                 "node `{node_id}` opened a Work stream without registering; call Register first"
             )));
         };
         if !hello.session.is_empty() && self.nodes[n as usize].session != hello.session {
-            return Err(Status::failed_precondition(format!(
+            return Err(Refused::FailedPrecondition(format!(
                 "node `{node_id}` opened a Work stream under another session than it registered with; call Register first"
             )));
         }
@@ -975,9 +1008,9 @@ impl Machine {
         req: SubmitRunRequest,
         run_id: String,
         owner: String,
-    ) -> Result<SubmitRunResponse, Status> {
+    ) -> Result<SubmitRunResponse, Refused> {
         let spec = SweepSpec::from_toml(&req.sweep_toml)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            .map_err(|e| Refused::InvalidArgument(e.to_string()))?;
         let attachments: sweep::Attachments = req.attachments.into_iter().collect();
         let hash = sweep::sweep_hash(&spec, &attachments);
         if req.resume_existing {
@@ -996,7 +1029,7 @@ impl Machine {
             }
         }
         let tasks: Vec<NewTask> = sweep::expand(&spec, &attachments, self.cfg.max_sweep_tasks)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            .map_err(|e| Refused::InvalidArgument(e.to_string()))?;
         let run = LoadedRun {
             run_id,
             name: spec.name.clone(),
@@ -1022,7 +1055,7 @@ impl Machine {
                 state: TaskState::Pending,
                 epoch: 0,
                 infra_failures: 0,
-                kind: self.intern(&t.kind),
+                kind: self.intern(t.kind.as_str()),
                 key: self.intern(&t.affinity_key),
                 agent: self.intern(&t.agent),
                 node: None,
@@ -1061,14 +1094,12 @@ impl Machine {
         Ok(response)
     }
 
-    fn cancel(&mut self, run_id: &str, caller: &Principal) -> Result<u64, Status> {
+    fn cancel(&mut self, run_id: &str, caller: &Principal) -> Result<u64, Refused> {
         let Some(run_key) = self.runs.get_key_value(run_id).map(|(k, _)| k.clone()) else {
-            return Err(Status::not_found(format!(
-                "no run `{run_id}`; `reprobench status` lists the runs"
-            )));
+            return Err(no_such_run(run_id));
         };
         if let Some(refusal) = caller.cancel_refusal(&self.runs[&run_key].owner) {
-            return Err(Status::permission_denied(format!(
+            return Err(Refused::PermissionDenied(format!(
                 "run `{run_id}`: {refusal}"
             )));
         }

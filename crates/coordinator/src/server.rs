@@ -476,16 +476,14 @@ impl RunService for RunApi {
         run_caller(&req)?;
         let run_id = req.into_inner().run_id;
         let dir = self.data_dir.clone();
-        let rows = tokio::task::spawn_blocking(move || -> Result<Vec<ResultRow>, Status> {
+        let rows = tokio::task::spawn_blocking(move || -> Result<Vec<_>, Status> {
             let store = Store::open_read_only(&dir).map_err(|e| Status::internal(e.to_string()))?;
             if store
                 .sweep_toml(&run_id)
                 .map_err(|e| Status::internal(e.to_string()))?
                 .is_none()
             {
-                return Err(Status::not_found(format!(
-                    "no run `{run_id}`; `reprobench status` lists the runs"
-                )));
+                return Err(crate::machine::no_such_run(&run_id).into());
             }
             store
                 .results(&run_id)
@@ -494,7 +492,7 @@ impl RunService for RunApi {
         .await
         .map_err(|e| Status::internal(e.to_string()))??;
         Ok(Response::new(Box::pin(tokio_stream::iter(
-            rows.into_iter().map(Ok),
+            rows.into_iter().map(|row| Ok(row.into())),
         ))))
     }
 }

@@ -5,8 +5,9 @@
 //! with `--data`) open it read-only; WAL lets them read while the coordinator writes.
 
 use crate::review::{self, HumanVerdict, Refusal, Review, ReviewState};
+use reprobench_domain::results::ResultRow;
 use reprobench_domain::time::rfc3339_ms;
-use reprobench_proto::v1::{ResultRow, RunSummary};
+use reprobench_proto::v1::RunSummary;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
@@ -158,7 +159,7 @@ pub struct NewTask {
     /// Repeat index, from 0.
     pub repeat: u32,
     /// Executor kind.
-    pub kind: String,
+    pub kind: reprobench_domain::registry::ExecutorKind,
     /// Affinity key.
     pub affinity_key: String,
     /// Executor payload (JSON).
@@ -456,7 +457,7 @@ impl Store {
                 t.variant,
                 t.backbone,
                 t.repeat,
-                t.kind,
+                t.kind.as_str(),
                 t.affinity_key,
                 t.payload,
                 t.ground_truth_actions
@@ -694,6 +695,7 @@ impl Store {
         let rows = stmt
             .query_map([run_id], |r| {
                 Ok(ResultRow {
+                    schema_version: Default::default(),
                     run_id: r.get(0)?,
                     sweep: r.get(1)?,
                     track: r.get(2)?,
@@ -989,7 +991,7 @@ mod tests {
             variant: "full".into(),
             backbone: "none".into(),
             repeat: 0,
-            kind: "sim".into(),
+            kind: reprobench_domain::registry::ExecutorKind::Sim,
             affinity_key: "app".into(),
             payload: "{}".into(),
             ground_truth_actions: Some(3),

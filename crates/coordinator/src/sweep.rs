@@ -3,7 +3,7 @@
 use crate::store::NewTask;
 use reprobench_domain::android::{self, AndroidPayload, AndroidRow};
 use reprobench_domain::grading::GradingSettings;
-use reprobench_domain::registry::{self, AgentKind, Track};
+use reprobench_domain::registry::{self, AgentKind, ExecutorKind, Track};
 use reprobench_domain::sweep::{AgentSpec, SweepSpec};
 use reprobench_domain::swt::{self, EvalLimits, Prediction, SwtAgent, SwtInstance, SwtPayload};
 use reprobench_domain::synthetic::{self, SyntheticDataset, SyntheticPayload};
@@ -102,7 +102,7 @@ pub fn expand(
                                 variant: variant.clone(),
                                 backbone: backbone.clone(),
                                 repeat,
-                                kind: "synthetic".into(),
+                                kind: ExecutorKind::Synthetic,
                                 affinity_key: inst.affinity_key.clone(),
                                 payload: serde_json::to_string(&payload)
                                     .expect("payload serializes"),
@@ -194,7 +194,7 @@ fn expand_android(
                             variant: variant.clone(),
                             backbone: backbone.clone(),
                             repeat,
-                            kind: android_kind(row).into(),
+                            kind: android_kind(row),
                             affinity_key: row.app.clone(),
                             payload: serde_json::to_string(&payload).expect("payload serializes"),
                             ground_truth_actions: row.ground_truth_actions,
@@ -213,19 +213,15 @@ fn expand_android(
 pub fn task_kinds(
     spec: &SweepSpec,
     attachments: &Attachments,
-) -> Result<std::collections::BTreeSet<String>, ExpandError> {
+) -> Result<std::collections::BTreeSet<ExecutorKind>, ExpandError> {
     let mut kinds = std::collections::BTreeSet::new();
     for dataset in &spec.datasets {
         if let Some(rows) = attachments.get(&android::android_rows_key(dataset)) {
-            kinds.extend(
-                android_rows(dataset, rows)?
-                    .iter()
-                    .map(|row| android_kind(row).to_string()),
-            );
+            kinds.extend(android_rows(dataset, rows)?.iter().map(android_kind));
         } else if SyntheticDataset::parse(dataset).is_some() {
-            kinds.insert("synthetic".to_string());
+            kinds.insert(ExecutorKind::Synthetic);
         } else {
-            kinds.insert(spec.eval.executor.clone());
+            kinds.insert(spec.eval.executor);
         }
     }
     Ok(kinds)
@@ -241,8 +237,12 @@ fn android_rows(dataset: &str, rows: &str) -> Result<Vec<AndroidRow>, ExpandErro
 }
 
 /// The executor kind of an android row: real apps run on emulators, simulator suites on `sim`.
-pub fn android_kind(row: &AndroidRow) -> &'static str {
-    if row.real_app { "emulator" } else { "sim" }
+pub fn android_kind(row: &AndroidRow) -> ExecutorKind {
+    if row.real_app {
+        ExecutorKind::Emulator
+    } else {
+        ExecutorKind::Sim
+    }
 }
 
 fn expand_swt(
@@ -343,7 +343,7 @@ fn expand_swt(
                             variant: variant.clone(),
                             backbone: backbone.clone(),
                             repeat,
-                            kind: spec.eval.executor.clone(),
+                            kind: spec.eval.executor,
                             affinity_key: env.env_key(),
                             payload: serde_json::to_string(&payload).expect("payload serializes"),
                             ground_truth_actions: None,
@@ -523,8 +523,8 @@ mod tests {
                 ("android-sim", "notes-1", "sim"),
             ]
         );
-        let expanded: std::collections::BTreeSet<String> =
-            tasks.iter().map(|t| t.kind.clone()).collect();
+        let expanded: std::collections::BTreeSet<ExecutorKind> =
+            tasks.iter().map(|t| t.kind).collect();
         assert_eq!(
             task_kinds(&s, &att).unwrap(),
             expanded,
@@ -535,7 +535,7 @@ mod tests {
         );
         assert_eq!(
             task_kinds(&with_synthetic, &att).unwrap(),
-            ["sim", "synthetic"].map(String::from).into()
+            [ExecutorKind::Sim, ExecutorKind::Synthetic].into()
         );
         assert_eq!(tasks[0].ground_truth_actions, Some(15));
         assert_eq!(tasks[1].bug_type.as_deref(), Some("non-crash"));
@@ -618,11 +618,9 @@ mod tests {
         );
         let tasks = expand(&s, &att, u64::MAX).unwrap();
         assert_eq!(tasks.len(), 3);
-        assert!(
-            tasks
-                .iter()
-                .all(|t| t.kind == "process" && t.track == "swt" && t.repo_or_app == "o/r")
-        );
+        assert!(tasks.iter().all(|t| t.kind == ExecutorKind::Process
+            && t.track == "swt"
+            && t.repo_or_app == "o/r"));
         assert_eq!(tasks[0].affinity_key, tasks[2].affinity_key);
         let p: SwtPayload = serde_json::from_str(&tasks[2].payload).unwrap();
         assert_eq!(

@@ -6,8 +6,8 @@ use std::fmt;
 /// A number of slots for one executor kind, as given by `--slots KIND=N`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlotSpec {
-    /// Executor kind, the name of one of [`ExecutorKind::ALL`].
-    pub kind: String,
+    /// Executor kind.
+    pub kind: ExecutorKind,
     /// How many attempts of this kind may run at once.
     pub slots: u32,
 }
@@ -33,12 +33,12 @@ impl std::str::FromStr for SlotSpec {
                 "slots `{s}` should look like KIND=N, e.g. synthetic=4"
             ))
         })?;
-        if ExecutorKind::parse(kind).is_none() {
+        let Some(kind) = ExecutorKind::parse(kind) else {
             return Err(SlotSpecError(format!(
                 "unknown executor kind `{kind}` in `{s}`; known kinds: {}",
                 ExecutorKind::names()
             )));
-        }
+        };
         let slots: u32 = n.parse().map_err(|_| {
             SlotSpecError(format!("slot count `{n}` in `{s}` is not a whole number"))
         })?;
@@ -47,10 +47,7 @@ impl std::str::FromStr for SlotSpec {
                 "slot count in `{s}` must be between 1 and 4096"
             )));
         }
-        Ok(SlotSpec {
-            kind: kind.to_string(),
-            slots,
-        })
+        Ok(SlotSpec { kind, slots })
     }
 }
 

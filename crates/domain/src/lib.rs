@@ -6,6 +6,7 @@ pub mod android;
 pub mod grading;
 pub mod ids;
 pub mod kind;
+pub mod outcome;
 pub mod registry;
 pub mod results;
 pub mod secret;

@@ -177,8 +177,9 @@ pub fn agent_names(track: Track) -> String {
         .join(", ")
 }
 
-/// The executor kinds a node can offer slots for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The executor kinds a node can offer slots for. Decided once, where a task or a slot is made;
+/// the name ([`ExecutorKind::as_str`]) exists only on the wire, in the store and in text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ExecutorKind {
     /// SWT executions in containers (the Docker engine).
     Docker,
@@ -243,6 +244,24 @@ impl ExecutorKind {
 impl fmt::Display for ExecutorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for ExecutorKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ExecutorKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        ExecutorKind::parse(&name).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "unknown executor kind `{name}`; known kinds: {}",
+                ExecutorKind::names()
+            ))
+        })
     }
 }
 

@@ -38,7 +38,7 @@ pub struct SweepSpec {
 #[serde(deny_unknown_fields, default)]
 pub struct EvalSettings {
     /// `docker` or `process`.
-    pub executor: String,
+    pub executor: crate::registry::ExecutorKind,
     /// Seconds per execution before the process tree is killed (SWT-bench: 1800).
     pub timeout_s: u64,
     /// CPUs per execution.
@@ -60,7 +60,7 @@ pub struct EvalSettings {
 impl Default for EvalSettings {
     fn default() -> Self {
         EvalSettings {
-            executor: "docker".into(),
+            executor: crate::registry::ExecutorKind::Docker,
             timeout_s: 1800,
             cpus: 1.0,
             memory_mb: 2048,
@@ -232,9 +232,12 @@ impl SweepSpec {
         if self.repeats == 0 {
             return bad("`repeats` must be at least 1".into());
         }
-        if !matches!(self.eval.executor.as_str(), "docker" | "process") {
+        if !matches!(
+            self.eval.executor,
+            crate::registry::ExecutorKind::Docker | crate::registry::ExecutorKind::Process
+        ) {
             return bad(format!(
-                "[eval] executor `{}` is unknown; use \"docker\" or \"process\"",
+                "[eval] executor `{}` does not run SWT executions; use \"docker\" or \"process\"",
                 self.eval.executor
             ));
         }

@@ -1,8 +1,9 @@
 //! The one executor trait every kind implements (synthetic, SWT in a sandbox, the Android
-//! `sim` and `emulator`), and the attempt types the node runtime hands it.
+//! `sim` and `emulator`), and the attempt types the node runtime hands it. Everything here is
+//! a domain type: the node's runtime alone converts to and from the wire.
 
+pub use reprobench_domain::outcome::{AttemptRef, FailureClass, Outcome};
 pub use reprobench_domain::registry::ExecutorKind;
-use reprobench_proto::v1::{AttemptRef, FailureClass, Outcome};
 use std::future::Future;
 use std::pin::Pin;
 use tokio_util::sync::CancellationToken;
@@ -67,7 +68,7 @@ pub fn error_end(class: FailureClass, error_class: &str, message: String) -> Att
     AttemptEnd::Finished(Outcome {
         success: false,
         verdict: "error".into(),
-        failure_class: class as i32,
+        failure_class: class,
         error_class: error_class.into(),
         error_message: message,
         ..Default::default()
@@ -79,7 +80,7 @@ pub fn bad_input(error_class: &str, message: String) -> Outcome {
     Outcome {
         success: false,
         verdict: "error".into(),
-        failure_class: FailureClass::BadInput as i32,
+        failure_class: FailureClass::BadInput,
         error_class: error_class.into(),
         error_message: message,
         ..Default::default()

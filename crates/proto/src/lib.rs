@@ -1,11 +1,12 @@
 //! The reprobench wire protocol (`proto/reprobench/v1`): generated gRPC types and stubs, the
-//! protocol version, and one hand-written module, [`auth`], the client end of the transport (the
-//! join token and TLS on a channel to the coordinator). The vocabulary the messages carry is
-//! `reprobench-domain`'s.
+//! protocol version, and two hand-written modules: [`auth`], the client end of the transport (the
+//! join token and TLS on a channel to the coordinator), and [`convert`], the results schema's
+//! rows to and from the wire. The vocabulary the messages carry is `reprobench-domain`'s.
 //!
 //! Only this crate knows the wire format; the coordinator and agent nodes meet through it.
 
 pub mod auth;
+pub mod convert;
 
 /// Generated gRPC types and stubs for `reprobench.v1`.
 pub mod v1 {

@@ -6,6 +6,7 @@
 //! The executor that runs an agent and grades its patch in a sandbox is the node's
 //! (`reprobench-agent-node`'s `swt_executor`), since it wires agents, sandboxes and this crate.
 
+pub mod bench;
 pub mod case;
 pub mod grading;
 pub mod mirror;

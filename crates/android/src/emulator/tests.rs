@@ -3,7 +3,7 @@
 use super::*;
 use crate::adb::adb::Output;
 use crate::adb::fixture;
-use reprobench_proto::v1::AttemptRef;
+use reprobench_domain::outcome::AttemptRef;
 use tokio_util::sync::CancellationToken;
 
 /// A fake adb that answers by command (answers repeat) and remembers the install.
@@ -316,7 +316,7 @@ async fn missing_apk_and_gold_trace_are_bad_input() {
     let exec = executor(dataset(root.path(), false), adb.clone());
     exec.record(0, HealthEvent::Booted);
     let o = run(&exec, spec("Notes-1", "monkey")).await;
-    assert_eq!(o.failure_class, FailureClass::BadInput as i32);
+    assert_eq!(o.failure_class, FailureClass::BadInput);
     assert!(
         o.error_message.contains("notes.apk") && o.error_message.contains("--apks"),
         "{}",
@@ -324,7 +324,7 @@ async fn missing_apk_and_gold_trace_are_bad_input() {
     );
     assert_eq!(exec.busy(), 0, "the slot is free");
     let o = run(&exec, spec("Notes-1", "gold-trace")).await;
-    assert_eq!(o.failure_class, FailureClass::BadInput as i32);
+    assert_eq!(o.failure_class, FailureClass::BadInput);
     let o = run(&exec, spec("Nope-9", "monkey")).await;
     assert_eq!(o.error_class, "bad_input:instance");
     assert!(adb.calls().is_empty(), "no device was touched");
@@ -342,7 +342,7 @@ async fn no_free_emulator_is_an_infra_error() {
         exec.record(0, HealthEvent::Exited);
     }
     let o = run(&exec, spec("Notes-1", "monkey")).await;
-    assert_eq!(o.failure_class, FailureClass::Infra as i32);
+    assert_eq!(o.failure_class, FailureClass::Infra);
     assert!(o.error_message.contains("no emulator free"), "{o:?}");
 }
 
@@ -370,7 +370,7 @@ async fn boots_the_emulator_or_reports_the_timeout() {
     settings.boot_timeout = Duration::ZERO;
     let exec = executor(settings, adb.clone());
     let o = run(&exec, spec("Notes-1", "monkey")).await;
-    assert_eq!(o.failure_class, FailureClass::Infra as i32);
+    assert_eq!(o.failure_class, FailureClass::Infra);
     assert_eq!(o.error_class, "emulator_boot");
     assert!(
         o.error_message.contains("restart it"),
