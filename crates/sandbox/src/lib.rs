@@ -468,6 +468,11 @@ pub trait Sandbox: Send + Sync {
     fn environment_notes(&self, _recipe: &EnvRecipe) -> Vec<String> {
         Vec::new()
     }
+    /// How a prepared environment departs from the upstream one in ways only building it
+    /// showed (a fallback its build took), in words for the report (none by default).
+    fn prepared_notes(&self, _prepared: &Prepared) -> Vec<String> {
+        Vec::new()
+    }
     /// Builds (or finds cached) the environment for a recipe.
     fn prepare(&self, recipe: &EnvRecipe) -> crate::BoxFuture<Result<Prepared, SandboxError>>;
     /// Runs one execution in a fresh copy of a prepared environment.

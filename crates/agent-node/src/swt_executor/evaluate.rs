@@ -128,6 +128,12 @@ impl SwtExecutor {
             .map_err(sandbox_error)?;
         // Building (or finding) the instance's environment: near zero once it is cached.
         report["prepare_ms"] = (preparing.elapsed().as_secs_f64() * 1e3).round().into();
+        let built_notes = self.sandbox.prepared_notes(&prepared);
+        if !built_notes.is_empty() {
+            let mut left_out = env.left_out.clone();
+            left_out.extend(built_notes);
+            report["environment_left_out"] = serde_json::json!(left_out);
+        }
         let job = Job {
             payload: &payload,
             prepared: &prepared,

@@ -8,6 +8,14 @@ use super::*;
 /// registered; the same paths of the execution's copy go first on `PYTHONPATH`).
 pub(super) const EXEC_ENV_FILE: &str = ".git/reprobench-exec-env";
 
+/// What pip says of a build backend without PEP 660's editable hook (pip 25.3 and later, which no
+/// longer fall back to `setup.py develop`).
+const NO_BUILD_EDITABLE: &str = "missing the 'build_editable' hook";
+
+/// A note in a venv that its install commands ran with another pip than the date cap's: its line
+/// goes into the reports of the instances prepared with it ([`crate::Sandbox::prepared_notes`]).
+pub(super) const PIP_NOTE_FILE: &str = "reprobench-install-pip-note";
+
 /// Directories of `template` that editable installs made importable (see [`EDITABLE_ROOTS_PY`]).
 pub(super) fn editable_roots(venv: &Path, template: &Path) -> Vec<String> {
     let out = std::process::Command::new(venv.join("bin/python"))
@@ -88,15 +96,44 @@ pub(super) fn prepare_checkout(
             if cmd.is_empty() {
                 continue;
             }
-            run_setup(
-                std::process::Command::new("bash")
-                    .args(["-c", cmd])
-                    .current_dir(&dir)
-                    .envs(env.iter().map(|(k, v)| (k, v)))
-                    .envs(recipe.env_vars.iter().map(|(k, v)| (k, v))),
-                &format!("`{cmd}` in {}", recipe.repo),
-            )
-            .map_err(|e| SandboxError::BadInput(e.to_string()))?;
+            let install = || {
+                run_setup(
+                    std::process::Command::new("bash")
+                        .args(["-c", cmd])
+                        .current_dir(&dir)
+                        .envs(env.iter().map(|(k, v)| (k, v)))
+                        .envs(recipe.env_vars.iter().map(|(k, v)| (k, v))),
+                    &format!("`{cmd}` in {}", recipe.repo),
+                )
+            };
+            match install() {
+                Ok(()) => {}
+                Err(HostCommandError::Failed { output_tail, .. })
+                    if output_tail.contains(NO_BUILD_EDITABLE) && !recipe.dated_pip_for_install =>
+                {
+                    let Some(date) = &recipe.packages_as_of else {
+                        return Err(SandboxError::BadInput(output_tail));
+                    };
+                    // The date cap's pip no longer falls back to `setup.py develop` for a build
+                    // backend without PEP 660's hook; the pip of the cap's date, as in
+                    // SWT-bench's conda environment, does.
+                    pip_install(
+                        venv,
+                        &DATED_PIP.map(String::from),
+                        &format!("going back to the pip of {date} for `{cmd}`"),
+                        &env,
+                    )?;
+                    std::fs::write(
+                        venv.join(PIP_NOTE_FILE),
+                        format!(
+                            "the install commands ran with the pip of {date}: the date cap's pip (26, the first with --uploaded-prior-to) refused `{cmd}` because the build backend the repository pins has no PEP 660 build_editable hook, and the pip of {date} falls back to `setup.py develop`, as SWT-bench's conda environment's pip did\n"
+                        ),
+                    )
+                    .map_err(|e| infra("noting the pip of the install commands", e))?;
+                    install().map_err(|e| SandboxError::BadInput(e.to_string()))?;
+                }
+                Err(e) => return Err(SandboxError::BadInput(e.to_string())),
+            }
         }
         // The recipe's variables reach executions through their script.
         let exec_env = format!(

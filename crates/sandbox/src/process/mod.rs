@@ -229,6 +229,15 @@ impl Sandbox for ProcessSandbox {
         )]
     }
 
+    fn prepared_notes(&self, prepared: &Prepared) -> Vec<String> {
+        let Prepared::Checkout { venv, .. } = prepared else {
+            return Vec::new();
+        };
+        std::fs::read_to_string(venv.join(PIP_NOTE_FILE))
+            .map(|t| t.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
     fn prepare(&self, recipe: &EnvRecipe) -> BoxFuture<Result<Prepared, SandboxError>> {
         let cache = self.cache_dir.clone();
         let recipe = recipe.clone();
