@@ -149,10 +149,8 @@ pub async fn run(a: RunArgs) -> Result<ExitCode> {
     let done = if let Some(n) = a.local_nodes {
         // Local nodes read this machine's mirrors: build them from shipped sources if missing.
         for name in &spec.datasets {
-            if reprobench_domain::synthetic::SyntheticDataset::parse(name).is_none()
-                && crate::datasets::android_sim_dir(name, &a.datasets_dir(), sweep_dir).is_none()
-                && crate::datasets::android_manifest_dir(name, &a.datasets_dir(), sweep_dir)
-                    .is_none()
+            if reprobench_domain::dataset_kind::classify(name, &a.datasets_dir(), sweep_dir)
+                == reprobench_domain::dataset_kind::DatasetKind::Swt
             {
                 let ds = crate::datasets::load(name, &a.datasets_dir(), sweep_dir, None)?;
                 crate::datasets::ensure_mirrors(&ds, &a.node.settings().repos)?;

@@ -3,9 +3,9 @@
 
 use anyhow::{Context, Result, bail};
 use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
+use reprobench_domain::dataset_kind::{DatasetKind, classify, resolve};
 use reprobench_domain::sweep::SweepSpec;
 use reprobench_domain::swt::{self, LoadedDataset, Prediction, RowError};
-use reprobench_domain::synthetic::SyntheticDataset;
 use reprobench_swt::grading::Family;
 use reprobench_swt::grading::parsers::parser_for;
 use reprobench_swt::{mirror, patch};
@@ -21,25 +21,25 @@ pub fn attach(
     let mut att = Attachments::new();
     let mut problems = Vec::new();
     for name in &spec.datasets {
-        if SyntheticDataset::parse(name).is_some() {
-            continue;
+        match classify(name, datasets_dir, base) {
+            DatasetKind::Synthetic => {}
+            DatasetKind::AndroidSim(dir) => {
+                att.insert(
+                    reprobench_domain::android::android_rows_key(name),
+                    android_rows(&dir)?,
+                );
+            }
+            DatasetKind::AndroidReal(dir) => {
+                let (rows, errors) = android_manifest_rows(&dir)?;
+                problems.extend(errors);
+                att.insert(reprobench_domain::android::android_rows_key(name), rows);
+            }
+            DatasetKind::Swt => {
+                let ds = load(name, datasets_dir, base, None)?;
+                problems.extend(ds.errors.iter().cloned());
+                att.insert(dataset_key(name), rows_jsonl(&ds));
+            }
         }
-        if let Some(dir) = android_sim_dir(name, datasets_dir, base) {
-            att.insert(
-                reprobench_domain::android::android_rows_key(name),
-                android_rows(&dir)?,
-            );
-            continue;
-        }
-        if let Some(dir) = android_manifest_dir(name, datasets_dir, base) {
-            let (rows, errors) = android_manifest_rows(&dir)?;
-            problems.extend(errors);
-            att.insert(reprobench_domain::android::android_rows_key(name), rows);
-            continue;
-        }
-        let ds = load(name, datasets_dir, base, None)?;
-        problems.extend(ds.errors.iter().cloned());
-        att.insert(dataset_key(name), rows_jsonl(&ds));
     }
     for agent in &spec.agents {
         if let Some(path) = &agent.predictions {
@@ -55,32 +55,6 @@ pub fn attach(
         }
     }
     Ok((att, problems))
-}
-
-/// The directory of `name` (a path, or a folder under `datasets_dir`) and its manifest, when it
-/// is an android dataset; the second value says whether it is a simulator suite (it has `apps`).
-fn android_dataset_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<(PathBuf, bool)> {
-    let candidate = resolve(base, name);
-    let dir = if candidate.is_dir() {
-        candidate
-    } else {
-        datasets_dir.join(name)
-    };
-    let manifest = std::fs::read_to_string(dir.join("manifest.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&manifest).ok()?;
-    let sim = v.get("apps").is_some();
-    (v["track"] == "android").then_some((dir, sim))
-}
-
-/// The directory of a simulator dataset (`android-sim`, or a path to one), if `name` is one.
-pub fn android_sim_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<PathBuf> {
-    android_dataset_dir(name, datasets_dir, base).and_then(|(dir, sim)| sim.then_some(dir))
-}
-
-/// The directory of a real-app android dataset (a manifest of track `android` without the
-/// simulator's `apps`, e.g. `android-ltg75`), if `name` is one.
-pub fn android_manifest_dir(name: &str, datasets_dir: &Path, base: &Path) -> Option<PathBuf> {
-    android_dataset_dir(name, datasets_dir, base).and_then(|(dir, sim)| (!sim).then_some(dir))
 }
 
 /// The rows of a real-app android dataset as a sweep attaches them (the node reads the
@@ -128,15 +102,6 @@ fn android_rows(dir: &Path) -> Result<String> {
             serde_json::to_string(&row).expect("serializes") + "\n"
         })
         .collect())
-}
-
-fn resolve(base: &Path, path: &str) -> PathBuf {
-    let p = Path::new(path);
-    if p.is_absolute() || p.exists() {
-        p.to_path_buf()
-    } else {
-        base.join(p)
-    }
 }
 
 /// Loads a dataset by name or path (paths relative to `base` too).
@@ -317,11 +282,10 @@ fn instance_problems(i: &swt::SwtInstance) -> Vec<String> {
 /// `datasets validate`: exit status 1 when any row or instance has a problem.
 pub fn validate(name: &str, datasets_dir: &Path, env: Option<&Path>) -> Result<bool> {
     let here = Path::new(".");
-    if let Some(dir) = android_sim_dir(name, datasets_dir, here) {
-        return validate_android_sim(name, &dir);
-    }
-    if let Some(dir) = android_manifest_dir(name, datasets_dir, here) {
-        return validate_android_manifest(&dir);
+    match classify(name, datasets_dir, here) {
+        DatasetKind::AndroidSim(dir) => return validate_android_sim(name, &dir),
+        DatasetKind::AndroidReal(dir) => return validate_android_manifest(&dir),
+        DatasetKind::Synthetic | DatasetKind::Swt => {}
     }
     let ds = load(name, datasets_dir, here, env)?;
     let mut bad = ds.errors.len();

@@ -5,11 +5,15 @@
 //! node's gateway with a per-task key; their offered trace is graded by replaying it from app
 //! start on a fresh device of the same app. `ltgdroid` pre-assesses on K replicas.
 
+// A step's error is the attempt's end, made once per attempt and returned at once: boxing it
+// buys nothing.
+#![allow(clippy::result_large_err)]
+
 use super::agent::AgentError;
 use super::device::Device;
 use super::explore::{TraceOutcome, monkey};
 use super::llm_agents;
-use super::sim::{BugKind, Dataset, SimDevice, SimLatency, replay};
+use super::sim::{BugKind, Dataset, SimDevice, SimLatency, SimReport, replay};
 use reprobench_domain::android::AndroidPayload;
 use reprobench_domain::android::BugType;
 use reprobench_domain::outcome::{FailureClass, Outcome};
@@ -100,19 +104,9 @@ async fn attempt(
             ));
         }
     };
-    // A suite by name, or by an absolute path the node can read (a custom sim suite).
-    let by_path = Some(PathBuf::from(&payload.dataset))
-        .filter(|p| p.is_absolute() && p.join("manifest.json").is_file());
-    let by_name = (payload.dataset == "android-sim").then(|| setup.sim_dir.clone());
-    let Some(dir) = by_name.or(by_path) else {
-        return error(
-            FailureClass::BadInput,
-            "bad_input:dataset",
-            format!(
-                "the sim executor runs android-sim, or a sim suite given by an absolute path on the node, not `{}`",
-                payload.dataset
-            ),
-        );
+    let dir = match suite_dir(&setup, &payload) {
+        Ok(dir) => dir,
+        Err(end) => return end,
     };
     let dir = &dir;
     let ds = match Dataset::load(dir) {
@@ -157,33 +151,16 @@ async fn attempt(
     let kind = registry::agent_kind(Track::Android, &payload.agent);
     let (reproduced, trace, actions) = match kind {
         Some(AgentKind::GoldTrace | AgentKind::Monkey) => {
-            let work = async {
-                if kind == Some(AgentKind::Monkey) {
-                    return monkey(dev, &package, payload.seed, max_actions).await;
+            let monkey_seed = (kind == Some(AgentKind::Monkey)).then_some(payload.seed);
+            match play_scripted(dev, &package, report, monkey_seed, max_actions, budget).await {
+                Ok(out) => {
+                    details["crash"] = serde_json::json!(out.crash);
+                    let reproduced = report.reproduced(&out.last_screen, out.crash.as_ref());
+                    let n = out.trace.len();
+                    (reproduced, out.trace, n)
                 }
-                let trace: Vec<_> = report
-                    .ground_truth
-                    .iter()
-                    .take(max_actions)
-                    .cloned()
-                    .collect();
-                replay(dev, &package, &trace)
-                    .await
-                    .map(|(last_screen, crash)| TraceOutcome {
-                        trace,
-                        crash,
-                        last_screen,
-                    })
-            };
-            let out = match tokio::time::timeout(budget, work).await {
-                Ok(Ok(out)) => out,
-                Ok(Err(e)) => return error(FailureClass::Infra, "device", e.to_string()),
-                Err(_) => TraceOutcome::default(),
-            };
-            details["crash"] = serde_json::json!(out.crash);
-            let reproduced = report.reproduced(&out.last_screen, out.crash.as_ref());
-            let n = out.trace.len();
-            (reproduced, out.trace, n)
+                Err(end) => return end,
+            }
         }
         _ => {
             // A hard stop a little after the time budget (the meter and the gateway stop at it).
@@ -297,6 +274,59 @@ async fn attempt(
         details_json: details.to_string(),
         ..outcome
     })
+}
+
+/// The sim suite the payload names: `android-sim` (the node's), or a suite given by an absolute
+/// path the node can read.
+fn suite_dir(setup: &SimExecutor, payload: &AndroidPayload) -> Result<PathBuf, AttemptEnd> {
+    let by_path = Some(PathBuf::from(&payload.dataset))
+        .filter(|p| p.is_absolute() && p.join("manifest.json").is_file());
+    let by_name = (payload.dataset == "android-sim").then(|| setup.sim_dir.clone());
+    by_name.or(by_path).ok_or_else(|| {
+        error(
+            FailureClass::BadInput,
+            "bad_input:dataset",
+            format!(
+                "the sim executor runs android-sim, or a sim suite given by an absolute path on the node, not `{}`",
+                payload.dataset
+            ),
+        )
+    })
+}
+
+/// The scripted agents within the time budget: `monkey` with its seed, else `gold-trace` (the
+/// report's ground truth replayed); what a budget cuts short reproduces nothing.
+async fn play_scripted(
+    dev: &dyn Device,
+    package: &str,
+    report: &SimReport,
+    monkey_seed: Option<u64>,
+    max_actions: usize,
+    budget: Duration,
+) -> Result<TraceOutcome, AttemptEnd> {
+    let work = async {
+        if let Some(seed) = monkey_seed {
+            return monkey(dev, package, seed, max_actions).await;
+        }
+        let trace: Vec<_> = report
+            .ground_truth
+            .iter()
+            .take(max_actions)
+            .cloned()
+            .collect();
+        replay(dev, package, &trace)
+            .await
+            .map(|(last_screen, crash)| TraceOutcome {
+                trace,
+                crash,
+                last_screen,
+            })
+    };
+    match tokio::time::timeout(budget, work).await {
+        Ok(Ok(out)) => Ok(out),
+        Ok(Err(e)) => Err(error(FailureClass::Infra, "device", e.to_string())),
+        Err(_) => Ok(TraceOutcome::default()),
+    }
 }
 
 /// Success as the papers count it: the agent claimed a reproduction, within its budget, and the

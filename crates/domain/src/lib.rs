@@ -3,6 +3,7 @@
 //! Android datasets and their loaders, grading vocabulary, secrets, and the versioned results schema that `reprobench-analysis` reads.
 
 pub mod android;
+pub mod dataset_kind;
 pub mod grading;
 pub mod ids;
 pub mod kind;
