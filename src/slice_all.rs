@@ -310,6 +310,13 @@ fn eval(
     Ok(serde_json::from_slice(&out.stdout)?)
 }
 
+/// Whether an evaluation reused a run from an earlier invocation in which instances ended in an
+/// error: those are final within a run, so a new run is what retries them once their cause (a
+/// host package, a network) may have been fixed.
+fn errored_before(eval_json: &Value) -> bool {
+    eval_json["resumed"] == true && eval_json["errors"].as_u64().is_some_and(|n| n > 0)
+}
+
 /// Runs the benchmark; prints the table (and the JSON figures).
 pub fn run(o: &AllOptions) -> Result<()> {
     std::fs::create_dir_all(&o.work)
@@ -370,16 +377,21 @@ pub fn run(o: &AllOptions) -> Result<()> {
         let cache = format!("cache/{}", repo.short);
         let walls_key = format!("{}{}", repo.short, subset_tag(&o.instance_ids));
         let mut row = json!({"repo": repo.name, "instances": repo.rows.len()});
-        let gold = walls.timed(&o.work, &format!("{walls_key}/gold"), || {
-            eval(
-                o,
-                &rows,
-                "gold",
-                &format!("data/{}/gold", repo.short),
-                &cache,
-                &[],
-            )
+        let gold_data = format!("data/{}/gold", repo.short);
+        let mut gold = walls.timed(&o.work, &format!("{walls_key}/gold"), || {
+            eval(o, &rows, "gold", &gold_data, &cache, &[])
         })?;
+        if let Ok(g) = &gold
+            && errored_before(g)
+        {
+            say(format!(
+                "{}: {} instances had ended in an error in the run this one resumed; running gold again (the cause may be fixed now)",
+                repo.name, g["errors"]
+            ));
+            gold = walls.timed(&o.work, &format!("{walls_key}/gold"), || {
+                eval(o, &rows, "gold", &gold_data, &cache, &["--new"])
+            })?;
+        }
         let gold = match gold {
             Ok(g) => g,
             Err(e) => {
@@ -422,16 +434,27 @@ pub fn run(o: &AllOptions) -> Result<()> {
         if !preds.is_empty() {
             let file = o.work.join(format!("predictions-{}.jsonl", repo.short));
             std::fs::write(&file, preds)?;
-            let r = walls.timed(&o.work, &format!("{walls_key}/predictions"), || {
+            let preds_data = format!("data/{}/predictions", repo.short);
+            let run_predictions = |extra: &[&str]| {
+                let mut args = vec!["--rules", "swt-bench-2024"];
+                args.extend_from_slice(extra);
                 eval(
                     o,
                     &rows,
                     &file.display().to_string(),
-                    &format!("data/{}/predictions", repo.short),
+                    &preds_data,
                     &cache,
-                    &["--rules", "swt-bench-2024"],
+                    &args,
                 )
+            };
+            let mut r = walls.timed(&o.work, &format!("{walls_key}/predictions"), || {
+                run_predictions(&[])
             })?;
+            if r.as_ref().is_ok_and(errored_before) {
+                r = walls.timed(&o.work, &format!("{walls_key}/predictions"), || {
+                    run_predictions(&["--new"])
+                })?;
+            }
             match r {
                 Ok(r) => {
                     // With gold and base cached: how much of the slots' time the tests ran,
@@ -683,6 +706,13 @@ mod tests {
         b.remove("z");
         assert_eq!(flaky_instances(&[a.clone(), b]), vec!["y", "z"]);
         assert!(flaky_instances(&[a.clone(), a]).is_empty());
+    }
+
+    #[test]
+    fn only_a_resumed_run_with_errors_is_run_again() {
+        assert!(errored_before(&json!({"resumed": true, "errors": 2})));
+        assert!(!errored_before(&json!({"resumed": false, "errors": 2})));
+        assert!(!errored_before(&json!({"resumed": true, "errors": 0})));
     }
 
     #[test]
