@@ -290,17 +290,10 @@ fn print_figures(v: &serde_json::Value, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
+/// The median of `v` (NaN when empty): the 50th percentile, interpolated between the two middle
+/// values of an even count.
+fn median(v: Vec<f64>) -> f64 {
+    reprobench_analysis::stats::percentile(&v, 50.0)
 }
 
 /// One `reprobench eval --predictions gold` of swt-mini in a scratch directory, as a child process.

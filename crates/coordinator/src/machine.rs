@@ -162,19 +162,6 @@ pub fn no_such_run(run_id: &str) -> Refused {
     ))
 }
 
-impl Refused {
-    /// The refusal in words.
-    pub fn message(&self) -> &str {
-        match self {
-            Refused::NotFound(m)
-            | Refused::InvalidArgument(m)
-            | Refused::FailedPrecondition(m)
-            | Refused::AlreadyExists(m)
-            | Refused::PermissionDenied(m) => m,
-        }
-    }
-}
-
 /// The answer to the input's asker, sent after the commit.
 #[derive(Debug)]
 pub enum Answer {

@@ -91,97 +91,36 @@ impl From<v1::AttemptRef> for outcome::AttemptRef {
     }
 }
 
+/// The fields both outcomes have, by name (the failure class is typed on one side only).
+macro_rules! outcome_fields {
+    ($mac:ident!($($head:tt)*)) => {
+        $mac!($($head)*, [
+            success, verdict, error_class, error_message, llm_calls, tokens_in, tokens_out,
+            tokens_cached, cost_usd, wall_s, actions, trace_len, feedback_iterations,
+            localized_files_correct, started_at_ms, finished_at_ms, artifact_path, details_json,
+        ])
+    };
+}
+
 impl From<outcome::Outcome> for v1::Outcome {
     fn from(o: outcome::Outcome) -> v1::Outcome {
-        let outcome::Outcome {
-            success,
-            verdict,
-            failure_class,
-            error_class,
-            error_message,
-            llm_calls,
-            tokens_in,
-            tokens_out,
-            tokens_cached,
-            cost_usd,
-            wall_s,
-            actions,
-            trace_len,
-            feedback_iterations,
-            localized_files_correct,
-            started_at_ms,
-            finished_at_ms,
-            artifact_path,
-            details_json,
-        } = o;
-        v1::Outcome {
-            success,
-            verdict,
-            failure_class: v1::FailureClass::from(failure_class) as i32,
-            error_class,
-            error_message,
-            llm_calls,
-            tokens_in,
-            tokens_out,
-            tokens_cached,
-            cost_usd,
-            wall_s,
-            actions,
-            trace_len,
-            feedback_iterations,
-            localized_files_correct,
-            started_at_ms,
-            finished_at_ms,
-            artifact_path,
-            details_json,
-        }
+        use outcome::Outcome as DomainOutcome;
+        use v1::Outcome as WireOutcome;
+        let class = v1::FailureClass::from(o.failure_class) as i32;
+        outcome_fields!(
+            move_fields!(o, DomainOutcome [failure_class] => WireOutcome [failure_class: class])
+        )
     }
 }
 
 impl From<v1::Outcome> for outcome::Outcome {
     fn from(o: v1::Outcome) -> outcome::Outcome {
-        let v1::Outcome {
-            success,
-            verdict,
-            failure_class: wire_class,
-            error_class,
-            error_message,
-            llm_calls,
-            tokens_in,
-            tokens_out,
-            tokens_cached,
-            cost_usd,
-            wall_s,
-            actions,
-            trace_len,
-            feedback_iterations,
-            localized_files_correct,
-            started_at_ms,
-            finished_at_ms,
-            artifact_path,
-            details_json,
-        } = o;
-        outcome::Outcome {
-            success,
-            verdict,
-            failure_class: failure_class(wire_class),
-            error_class,
-            error_message,
-            llm_calls,
-            tokens_in,
-            tokens_out,
-            tokens_cached,
-            cost_usd,
-            wall_s,
-            actions,
-            trace_len,
-            feedback_iterations,
-            localized_files_correct,
-            started_at_ms,
-            finished_at_ms,
-            artifact_path,
-            details_json,
-        }
+        use outcome::Outcome as DomainOutcome;
+        use v1::Outcome as WireOutcome;
+        let class = failure_class(o.failure_class);
+        outcome_fields!(
+            move_fields!(o, WireOutcome [failure_class] => DomainOutcome [failure_class: class])
+        )
     }
 }
 
