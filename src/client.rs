@@ -7,6 +7,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use reprobench_coordinator::core::CoreConfig;
 use reprobench_coordinator::store::Store;
 use reprobench_domain::kind::SlotSpec;
+use reprobench_domain::messages::{RunList, RunProgress, RunState, RunSummary};
 use reprobench_domain::registry::ExecutorKind;
 use reprobench_domain::results::ResultRow;
 use reprobench_proto::auth::{AuthedChannel, CoordinatorAddress, read_token};
@@ -432,7 +433,7 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
         let mut last: Option<RunProgress> = None;
         loop {
             let next = match tokio::time::timeout(Duration::from_secs(1), stream.message()).await {
-                Ok(next) => next,
+                Ok(next) => next.map(|p| p.map(RunProgress::from)),
                 Err(_) => match &last {
                     Some(p) => Ok(Some(p.clone())),
                     None => continue,
@@ -442,7 +443,7 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                 Ok(Some(p)) => {
                     failures = 0;
                     last = Some(p.clone());
-                    let Some(s) = p.run.clone() else { continue };
+                    let s = p.run.clone();
                     let done = s.succeeded + s.failed + s.errored + s.cancelled;
                     overall.set_length(s.tasks);
                     overall.set_position(done);
@@ -497,7 +498,7 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                             n.node_id, n.running, n.slots, n.finished
                         ));
                     }
-                    if s.state != "running" {
+                    if s.state != RunState::Running {
                         overall.finish();
                         for b in node_bars.values() {
                             b.finish();
@@ -508,7 +509,7 @@ pub async fn watch(address: &CoordinatorAddress, run_id: &str, quiet: bool) -> R
                 Ok(None) => {
                     // The coordinator closes the stream when the run ends; confirm by listing.
                     if let Some(s) = find_run(address, run_id).await.ok().flatten()
-                        && s.state != "running"
+                        && s.state != RunState::Running
                     {
                         overall.finish();
                         return Ok(s);
@@ -594,7 +595,10 @@ async fn find_run(address: &CoordinatorAddress, run_id: &str) -> Result<Option<R
         .await?
         .into_inner()
         .runs;
-    Ok(runs.into_iter().find(|r| r.run_id == run_id))
+    Ok(runs
+        .into_iter()
+        .map(RunSummary::from)
+        .find(|r| r.run_id == run_id))
 }
 
 async fn fetch_results(address: &CoordinatorAddress, run_id: &str) -> Result<Vec<ResultRow>> {
@@ -619,7 +623,7 @@ pub fn finished_json(done: &Finished) -> serde_json::Value {
     serde_json::json!({
         "run_id": s.run_id,
         "sweep": s.name,
-        "state": s.state,
+        "state": s.state.as_str(),
         "tasks": s.tasks,
         "succeeded": s.succeeded,
         "failed": s.failed,
@@ -642,7 +646,7 @@ pub fn report(done: &Finished, json: bool) {
     println!(
         "run {} {}: {} tasks, {} succeeded, {} failed, {} errored, {} cancelled ({} attempts retried) in {:.1}s",
         s.run_id,
-        s.state,
+        s.state.as_str(),
         s.tasks,
         s.succeeded,
         s.failed,
@@ -667,13 +671,13 @@ pub fn report(done: &Finished, json: bool) {
 pub async fn status(a: StatusArgs) -> Result<()> {
     let summaries = if a.target.coordinator.is_some() {
         let address = address_of(&a.target)?;
-        client(&address)
+        let list = client(&address)
             .await?
             .list_runs(ListRunsRequest {})
             .await
             .map_err(status_error)?
-            .into_inner()
-            .runs
+            .into_inner();
+        RunList::from(list).runs
     } else {
         let store = Store::open_read_only(&data_dir(&a.target))?;
         store.run_summaries()?
@@ -718,7 +722,7 @@ pub async fn status(a: StatusArgs) -> Result<()> {
         println!(
             "{}  {:<9} {:<20} tasks {:>6}  pending {:>6}  running {:>4}  ok {:>6}  fail {:>6}  err {:>4}  cancelled {:>5}  retried {:>4}",
             s.run_id,
-            s.state,
+            s.state.as_str(),
             s.name,
             s.tasks,
             s.pending,
@@ -760,7 +764,7 @@ pub async fn status(a: StatusArgs) -> Result<()> {
 
 fn summary_json(s: &RunSummary) -> serde_json::Value {
     serde_json::json!({
-        "run_id": s.run_id, "sweep": s.name, "state": s.state, "tasks": s.tasks, "pending": s.pending,
+        "run_id": s.run_id, "sweep": s.name, "state": s.state.as_str(), "tasks": s.tasks, "pending": s.pending,
         "running": s.running, "succeeded": s.succeeded, "failed": s.failed, "errored": s.errored,
         "cancelled": s.cancelled, "retried_attempts": s.retried_attempts,
         "created_at_ms": s.created_at_ms, "finished_at_ms": s.finished_at_ms,

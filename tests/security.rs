@@ -90,7 +90,7 @@ fn missing_or_wrong_tokens_are_unauthenticated() {
 }
 
 #[test]
-fn a_protocol_version_mismatch_is_refused() {
+fn a_protocol_version_mismatch_or_an_unknown_kind_is_refused() {
     let c = Cluster::start(2_000, 200);
     let token = std::fs::read_to_string(c.token_file()).unwrap();
     runtime().block_on(async {
@@ -103,6 +103,16 @@ fn a_protocol_version_mismatch_is_refused() {
             .unwrap_err();
         assert_eq!(err.code(), Code::FailedPrecondition);
         assert!(err.message().contains("protocol"), "{}", err.message());
+        // Slots of a kind this coordinator does not know (a newer node's) are refused by name.
+        let mut unknown = register(reprobench_proto::PROTOCOL_VERSION);
+        unknown.slots[0].kind = "gpu".into();
+        let err = client.register(unknown).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(
+            err.message().contains("`gpu`") && err.message().contains("synthetic"),
+            "{}",
+            err.message()
+        );
         let ok = client
             .register(register(reprobench_proto::PROTOCOL_VERSION))
             .await

@@ -10,21 +10,22 @@
 
 use crate::machine::{Answer, ConnId, Effects, Input, Machine, Now, Refused, ToNode, Write};
 use crate::store::{Store, StoreError};
-use reprobench_domain::time::now_ms;
-use reprobench_proto::v1::{
-    CoordinatorMessage, Hello, ListRunsResponse, RegisterRequest, RegisterResponse, RunProgress,
-    SubmitRunRequest, SubmitRunResponse, coordinator_message, node_message,
+use reprobench_domain::messages::{
+    CoordinatorMessage, Hello, NodeMessage, Registered, Registration, RunList, RunProgress,
+    SubmitRun, Submitted,
 };
+use reprobench_domain::registry::ExecutorKind;
+use reprobench_domain::time::now_ms;
 use std::collections::HashMap;
 use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, watch};
-use tonic::Status;
 
 pub use crate::machine::CoreConfig;
 
-/// Sender of messages to one node's Work stream, bounded by `serve --max-node-queue`.
-pub type NodeSender = mpsc::Sender<Result<CoordinatorMessage, Status>>;
+/// Sender of messages to one node's Work stream, bounded by `serve --max-node-queue`; an error
+/// ends the stream.
+pub type NodeSender = mpsc::Sender<Result<CoordinatorMessage, Refused>>;
 
 /// Messages waiting for one node (grants, cancels) beyond which a node that does not read its
 /// stream is disconnected (`serve --max-node-queue`): far above what a node with thousands of
@@ -37,19 +38,19 @@ pub fn node_channel(
     max: usize,
 ) -> (
     NodeSender,
-    mpsc::Receiver<Result<CoordinatorMessage, Status>>,
+    mpsc::Receiver<Result<CoordinatorMessage, Refused>>,
 ) {
     mpsc::channel(max.max(2))
 }
 /// Sender of progress events to one WatchRun stream.
-pub type WatchSender = mpsc::Sender<Result<RunProgress, Status>>;
+pub type WatchSender = mpsc::Sender<Result<RunProgress, Refused>>;
 
 /// Everything the core is asked to do.
 pub enum Command {
     /// A node registers.
     Register {
-        req: RegisterRequest,
-        reply: oneshot::Sender<Result<RegisterResponse, Status>>,
+        req: Registration,
+        reply: oneshot::Sender<Result<Registered, Refused>>,
     },
     /// A node opened a Work stream and said hello.
     Connect {
@@ -62,28 +63,26 @@ pub enum Command {
     FromNode {
         node_id: String,
         conn: u64,
-        body: node_message::Body,
+        body: NodeMessage,
     },
     /// A Work stream ended.
     Disconnect { node_id: String, conn: u64 },
     /// SubmitRun.
     Submit {
-        req: SubmitRunRequest,
+        req: SubmitRun,
         /// The submitting credential's id.
         owner: String,
-        reply: oneshot::Sender<Result<SubmitRunResponse, Status>>,
+        reply: oneshot::Sender<Result<Submitted, Refused>>,
     },
     /// CancelRun.
     Cancel {
         run_id: String,
         /// Who asks (only the run's submitter or an admin may).
         caller: crate::credentials::Principal,
-        reply: oneshot::Sender<Result<u64, Status>>,
+        reply: oneshot::Sender<Result<u64, Refused>>,
     },
     /// ListRuns.
-    List {
-        reply: oneshot::Sender<ListRunsResponse>,
-    },
+    List { reply: oneshot::Sender<RunList> },
     /// WatchRun.
     Watch { run_id: String, tx: WatchSender },
     /// A node is gone for good (Kubernetes deleted its pod, or the pod failed): its attempts are
@@ -103,10 +102,10 @@ pub enum Command {
 }
 
 /// Tasks of one executor kind waiting for a slot and holding one.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KindCounts {
     /// Executor kind.
-    pub kind: String,
+    pub kind: ExecutorKind,
     /// Tasks waiting for a slot.
     pub pending: u64,
     /// Tasks leased to a node.
@@ -160,17 +159,17 @@ impl CoreHandle {
     }
 
     /// Sends a command; fails when the core has stopped, saying why if it stopped on a failure.
-    pub fn send(&self, cmd: Command) -> Result<(), Status> {
+    pub fn send(&self, cmd: Command) -> Result<(), Refused> {
         self.tx.send(cmd).map_err(|_| self.stopped())
     }
 
     /// What a caller hears when the core has stopped: why, if it stopped on a failure.
-    pub fn stopped(&self) -> Status {
+    pub fn stopped(&self) -> Refused {
         match self.failure.get() {
-            Some(why) => Status::unavailable(format!(
+            Some(why) => Refused::Unavailable(format!(
                 "the coordinator stopped: {why}; restart it on the same data directory (its runs resume from what the store holds)"
             )),
-            None => Status::unavailable("the coordinator is shutting down; retry shortly"),
+            None => Refused::Unavailable("the coordinator is shutting down; retry shortly".into()),
         }
     }
 
@@ -207,11 +206,11 @@ fn clock() -> Now {
 /// Who waits for a command's answer, and how to reach them.
 enum Asker {
     Nobody,
-    Register(oneshot::Sender<Result<RegisterResponse, Status>>),
+    Register(oneshot::Sender<Result<Registered, Refused>>),
     Connect(ConnId, String, NodeSender),
-    Submit(oneshot::Sender<Result<SubmitRunResponse, Status>>),
-    Cancel(oneshot::Sender<Result<u64, Status>>),
-    List(oneshot::Sender<ListRunsResponse>),
+    Submit(oneshot::Sender<Result<Submitted, Refused>>),
+    Cancel(oneshot::Sender<Result<u64, Refused>>),
+    List(oneshot::Sender<RunList>),
     Watch(String, WatchSender),
     Counts(oneshot::Sender<Vec<KindCounts>>),
     NodeLoads(oneshot::Sender<Vec<(String, u64)>>),
@@ -219,22 +218,8 @@ enum Asker {
 
 /// Something to send once the batch is committed.
 enum Deferred {
-    Node(ConnId, NodeSender, Box<coordinator_message::Body>),
+    Node(ConnId, NodeSender, Box<CoordinatorMessage>),
     Reply(Box<dyn FnOnce() + Send>),
-}
-
-/// The machine's refusal as the gRPC status the server answers with: the edge where the
-/// transport's vocabulary begins.
-impl From<Refused> for Status {
-    fn from(r: Refused) -> Status {
-        match r {
-            Refused::NotFound(m) => Status::not_found(m),
-            Refused::InvalidArgument(m) => Status::invalid_argument(m),
-            Refused::FailedPrecondition(m) => Status::failed_precondition(m),
-            Refused::AlreadyExists(m) => Status::already_exists(m),
-            Refused::PermissionDenied(m) => Status::permission_denied(m),
-        }
-    }
 }
 
 fn reply<T: Send + 'static>(tx: oneshot::Sender<T>, value: T) -> Deferred {
@@ -473,12 +458,12 @@ impl Core {
 
     /// Queues a message on a node's stream. When only one place is left, the node is not
     /// reading: it gets an error naming the limit instead, and is disconnected at the next batch.
-    fn send_to_node(&mut self, conn: ConnId, tx: &NodeSender, body: coordinator_message::Body) {
+    fn send_to_node(&mut self, conn: ConnId, tx: &NodeSender, body: CoordinatorMessage) {
         if self.overflowed.contains(&conn) {
             return;
         }
         if tx.capacity() > 1 {
-            let _ = tx.try_send(Ok(CoordinatorMessage { body: Some(body) }));
+            let _ = tx.try_send(Ok(body));
             return;
         }
         let limit = tx.max_capacity();
@@ -492,7 +477,7 @@ impl Core {
             limit,
             "a node's outbound queue is full: disconnecting it"
         );
-        let _ = tx.try_send(Err(Status::resource_exhausted(format!(
+        let _ = tx.try_send(Err(Refused::ResourceExhausted(format!(
             "node `{node}` let {limit} messages from the coordinator wait unread, its limit; the coordinator closed the stream, and what it had sent goes back when the node reconnects or its leases expire. If the node is merely slow to read, start the coordinator with a larger --max-node-queue"
         ))));
         self.overflowed.push(conn);
@@ -511,21 +496,15 @@ impl Core {
         // A stream is open once the machine accepts it, so the messages of its step reach it.
         match (asker, answer) {
             (Asker::Nobody, None) => {}
-            (Asker::Register(tx), Some(Answer::Register(v))) => {
-                self.deferred.push(reply(tx, v.map_err(Status::from)))
-            }
+            (Asker::Register(tx), Some(Answer::Register(v))) => self.deferred.push(reply(tx, v)),
             (Asker::Connect(conn, node_id, out), Some(Answer::Connect(Ok(())))) => {
                 self.streams.insert(conn, (node_id, out));
             }
             (Asker::Connect(_, _, out), Some(Answer::Connect(Err(refused)))) => {
-                let _ = out.try_send(Err(refused.into()));
+                let _ = out.try_send(Err(refused));
             }
-            (Asker::Submit(tx), Some(Answer::Submit(v))) => {
-                self.deferred.push(reply(tx, v.map_err(Status::from)))
-            }
-            (Asker::Cancel(tx), Some(Answer::Cancel(v))) => {
-                self.deferred.push(reply(tx, v.map_err(Status::from)))
-            }
+            (Asker::Submit(tx), Some(Answer::Submit(v))) => self.deferred.push(reply(tx, v)),
+            (Asker::Cancel(tx), Some(Answer::Cancel(v))) => self.deferred.push(reply(tx, v)),
             (Asker::List(tx), Some(Answer::List(v))) => self.deferred.push(reply(tx, v)),
             (Asker::Counts(tx), Some(Answer::Counts(v))) => self.deferred.push(reply(tx, v)),
             (Asker::NodeLoads(tx), Some(Answer::NodeLoads(v))) => self.deferred.push(reply(tx, v)),
@@ -533,7 +512,7 @@ impl Core {
                 self.watchers.entry(run_id).or_default().push(tx);
             }
             (Asker::Watch(_, tx), Some(Answer::Watch(Err(refused)))) => {
-                let _ = tx.try_send(Err(refused.into()));
+                let _ = tx.try_send(Err(refused));
             }
             (_, answer) => unreachable!("the machine answered {answer:?} to another question"),
         }
@@ -541,8 +520,8 @@ impl Core {
             let Some((_, tx)) = self.streams.get(&conn) else {
                 continue;
             };
-            if let coordinator_message::Body::Grant(grant) = &mut body {
-                let task = grant.attempt.map(|a| a.task_id).unwrap_or_default();
+            if let CoordinatorMessage::Grant(grant) = &mut body {
+                let task = grant.attempt.task_id;
                 let info = self.store.grant_info(task)?;
                 grant.variant = info.variant;
                 grant.instance_id = info.instance_id;
@@ -594,17 +573,15 @@ fn new_run_id(created_ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reprobench_proto::v1::{
-        AttemptRef, Credit, FailureClass, Grant, Heartbeat, Outcome, ResultAck, RunSummary,
-        SlotCount,
-    };
+    use reprobench_domain::messages::{Grant, RunState, RunSummary, SlotCount};
+    use reprobench_domain::outcome::{AttemptRef, FailureClass, Outcome};
 
     /// A core on a temporary store, with one fake node's channels.
     struct Harness {
         _dir: tempfile::TempDir,
         core: CoreHandle,
         join: Option<std::thread::JoinHandle<()>>,
-        out: mpsc::Receiver<Result<CoordinatorMessage, Status>>,
+        out: mpsc::Receiver<Result<CoordinatorMessage, Refused>>,
     }
 
     fn ask<T>(core: &CoreHandle, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> T {
@@ -615,27 +592,32 @@ mod tests {
 
     impl Harness {
         fn new(lease_ms: u64) -> Harness {
-            Harness::with_slots(lease_ms, &[("synthetic", 4)], &[("synthetic", 1)])
+            Harness::with_slots(
+                lease_ms,
+                &[(ExecutorKind::Synthetic, 4)],
+                &[(ExecutorKind::Synthetic, 1)],
+            )
         }
 
         /// A node `n` registered with `registered` slots whose hello offers `free` of them.
-        fn with_slots(lease_ms: u64, registered: &[(&str, u32)], free: &[(&str, u32)]) -> Harness {
+        fn with_slots(
+            lease_ms: u64,
+            registered: &[(ExecutorKind, u32)],
+            free: &[(ExecutorKind, u32)],
+        ) -> Harness {
             Harness::with_queue(lease_ms, registered, free, DEFAULT_MAX_NODE_QUEUE)
         }
 
         /// As [`Harness::with_slots`], the node's stream holding at most `max_queue` messages.
         fn with_queue(
             lease_ms: u64,
-            registered: &[(&str, u32)],
-            free: &[(&str, u32)],
+            registered: &[(ExecutorKind, u32)],
+            free: &[(ExecutorKind, u32)],
             max_queue: usize,
         ) -> Harness {
-            let slots = |list: &[(&str, u32)]| -> Vec<SlotCount> {
+            let slots = |list: &[(ExecutorKind, u32)]| -> Vec<SlotCount> {
                 list.iter()
-                    .map(|(kind, slots)| SlotCount {
-                        kind: kind.to_string(),
-                        slots: *slots,
-                    })
+                    .map(|&(kind, slots)| SlotCount { kind, slots })
                     .collect()
             };
             let dir = tempfile::tempdir().unwrap();
@@ -646,8 +628,7 @@ mod tests {
                 ..CoreConfig::default()
             };
             let (core, join) = spawn(store, cfg).unwrap();
-            let req = RegisterRequest {
-                protocol_version: reprobench_proto::PROTOCOL_VERSION,
+            let req = Registration {
                 node_id: "n".into(),
                 hostname: "h".into(),
                 slots: slots(registered),
@@ -680,7 +661,7 @@ mod tests {
             let sweep = format!(
                 "name='t'\ndatasets=['{dataset}']\nmax_attempts={max_attempts}\n[[agents]]\nname='synthetic'\n"
             );
-            let req = SubmitRunRequest {
+            let req = SubmitRun {
                 sweep_toml: sweep,
                 ..Default::default()
             };
@@ -700,7 +681,7 @@ mod tests {
             let hello = Hello {
                 node_id: "n".into(),
                 free: vec![SlotCount {
-                    kind: "synthetic".into(),
+                    kind: ExecutorKind::Synthetic,
                     slots: free,
                 }],
                 ..Default::default()
@@ -715,7 +696,7 @@ mod tests {
                 .unwrap();
         }
 
-        fn send(&self, body: node_message::Body) {
+        fn send(&self, body: NodeMessage) {
             self.core
                 .send(Command::FromNode {
                     node_id: "n".into(),
@@ -726,16 +707,10 @@ mod tests {
         }
 
         /// The next message of the wanted kind (skipping lease renewals).
-        fn next(&mut self) -> coordinator_message::Body {
+        fn next(&mut self) -> CoordinatorMessage {
             loop {
-                let m = self
-                    .out
-                    .blocking_recv()
-                    .expect("core alive")
-                    .unwrap()
-                    .body
-                    .unwrap();
-                if !matches!(m, coordinator_message::Body::Renewal(_)) {
+                let m = self.out.blocking_recv().expect("core alive").unwrap();
+                if !matches!(m, CoordinatorMessage::Renewal { .. }) {
                     return m;
                 }
             }
@@ -743,14 +718,17 @@ mod tests {
 
         fn grant(&mut self) -> Grant {
             match self.next() {
-                coordinator_message::Body::Grant(g) => g,
+                CoordinatorMessage::Grant(g) => g,
                 other => panic!("expected a grant, got {other:?}"),
             }
         }
 
-        fn ack(&mut self) -> ResultAck {
+        /// Whether the next result acknowledgement accepts, and why not.
+        fn ack(&mut self) -> (bool, String) {
             match self.next() {
-                coordinator_message::Body::ResultAck(a) => a,
+                CoordinatorMessage::ResultAck {
+                    accepted, reason, ..
+                } => (accepted, reason),
                 other => panic!("expected a result ack, got {other:?}"),
             }
         }
@@ -774,17 +752,14 @@ mod tests {
         Outcome {
             success,
             verdict: "v".into(),
-            failure_class: class as i32,
+            failure_class: class,
             wall_s: 0.1,
             ..Default::default()
         }
     }
 
-    fn result(attempt: Option<AttemptRef>, o: Outcome) -> node_message::Body {
-        node_message::Body::Result(reprobench_proto::v1::AttemptResult {
-            attempt,
-            outcome: Some(o),
-        })
+    fn result(attempt: AttemptRef, outcome: Outcome) -> NodeMessage {
+        NodeMessage::Result { attempt, outcome }
     }
 
     #[test]
@@ -793,29 +768,26 @@ mod tests {
         let run = h.submit("synthetic:2:1", 3);
         let g = h.grant();
         h.send(result(g.attempt, outcome(true, FailureClass::None)));
-        assert!(h.ack().accepted);
+        assert!(h.ack().0);
         // The same result again (a resend after a reconnect) is acknowledged, not recorded twice.
         h.send(result(g.attempt, outcome(true, FailureClass::None)));
-        assert!(h.ack().accepted);
-        h.send(node_message::Body::Credit(Credit {
-            kind: "synthetic".into(),
+        assert!(h.ack().0);
+        h.send(NodeMessage::Credit(SlotCount {
+            kind: ExecutorKind::Synthetic,
             slots: 1,
         }));
         let g2 = h.grant();
-        assert_ne!(g2.attempt.unwrap().task_id, g.attempt.unwrap().task_id);
+        assert_ne!(g2.attempt.task_id, g.attempt.task_id);
         h.send(result(g2.attempt, outcome(false, FailureClass::None)));
-        assert!(h.ack().accepted);
+        assert!(h.ack().0);
         let s = h.summary(&run);
-        assert_eq!(
-            (s.state.as_str(), s.succeeded, s.failed),
-            ("finished", 1, 1)
-        );
+        assert_eq!((s.state, s.succeeded, s.failed), (RunState::Finished, 1, 1));
         // A credit left over while idle is used by a run submitted later.
-        h.send(node_message::Body::Credit(Credit {
-            kind: "synthetic".into(),
+        h.send(NodeMessage::Credit(SlotCount {
+            kind: ExecutorKind::Synthetic,
             slots: 1,
         }));
-        h.send(node_message::Body::Heartbeat(Heartbeat { running: vec![] }));
+        h.send(NodeMessage::Heartbeat { running: vec![] });
         let _ = h.summary(&run); // a round trip: the credit is in before the next submit
         let run2 = h.submit("synthetic:1:1", 3);
         let g3 = h.grant();
@@ -828,22 +800,22 @@ mod tests {
         let run = h.submit("synthetic:1:1", 2);
         let g1 = h.grant();
         h.send(result(g1.attempt, outcome(false, FailureClass::Infra)));
-        assert!(h.ack().accepted);
-        h.send(node_message::Body::Credit(Credit {
-            kind: "synthetic".into(),
+        assert!(h.ack().0);
+        h.send(NodeMessage::Credit(SlotCount {
+            kind: ExecutorKind::Synthetic,
             slots: 1,
         }));
         let g2 = h.grant();
-        assert_eq!(g2.attempt.unwrap().epoch, 2);
+        assert_eq!(g2.attempt.epoch, 2);
         assert_eq!(g2.attempt_number, 2);
         // A result for the first attempt is fenced off.
         h.send(result(g1.attempt, outcome(true, FailureClass::None)));
-        let ack = h.ack();
-        assert!(!ack.accepted && ack.reason.contains("stale"), "{ack:?}");
+        let (accepted, reason) = h.ack();
+        assert!(!accepted && reason.contains("stale"), "{reason}");
         h.send(result(g2.attempt, outcome(false, FailureClass::Infra)));
-        assert!(h.ack().accepted);
+        assert!(h.ack().0);
         let s = h.summary(&run);
-        assert_eq!((s.state.as_str(), s.errored), ("finished", 1), "{s:?}");
+        assert_eq!((s.state, s.errored), (RunState::Finished, 1), "{s:?}");
     }
 
     #[test]
@@ -857,7 +829,7 @@ mod tests {
             rusqlite::Connection::open(h._dir.path().join(crate::store::DB_FILE)).unwrap();
         blocker.execute_batch("BEGIN EXCLUSIVE;").unwrap();
         let (reply, answer) = oneshot::channel();
-        let req = SubmitRunRequest {
+        let req = SubmitRun {
             sweep_toml: "name='t'\ndatasets=['synthetic:1:1']\n[[agents]]\nname='synthetic'\n"
                 .into(),
             ..Default::default()
@@ -883,7 +855,10 @@ mod tests {
         h.join.take().unwrap().join().unwrap();
         let (reply, _answer) = oneshot::channel();
         let refused = h.core.send(Command::List { reply }).unwrap_err();
-        assert!(refused.message().contains(&why), "{}", refused.message());
+        assert!(
+            matches!(&refused, Refused::Unavailable(m) if m.contains(&why)),
+            "{refused:?}"
+        );
         blocker.execute_batch("ROLLBACK;").unwrap();
     }
 
@@ -891,24 +866,22 @@ mod tests {
     fn a_node_offering_several_kinds_gets_work_of_whichever_kind_has_some() {
         // Found on a real cluster: a pod offering sim and synthetic slots was never given
         // synthetic work when its credits listed sim first (a HashMap's order), and a run
-        // stalled. Eleven kinds, work of one: listing order cannot hide it.
-        let kinds: Vec<String> = (0..10).map(|i| format!("kind{i}")).collect();
-        let mut offered: Vec<(&str, u32)> = kinds.iter().map(|k| (k.as_str(), 1)).collect();
-        offered.push(("synthetic", 1));
+        // stalled. Every kind, work of the one whose name sorts last: order cannot hide it.
+        let offered: Vec<(ExecutorKind, u32)> = ExecutorKind::ALL.map(|k| (k, 1)).to_vec();
         let mut h = Harness::with_slots(60_000, &offered, &offered);
         let run = h.submit("synthetic:2:1", 3);
         assert_eq!(h.summary(&run).running, 1, "one synthetic slot, one grant");
         let g = h.grant();
-        assert_eq!(g.kind, "synthetic");
+        assert_eq!(g.kind, ExecutorKind::Synthetic);
         h.send(result(g.attempt, outcome(true, FailureClass::None)));
-        assert!(h.ack().accepted);
+        assert!(h.ack().0);
         // Its synthetic credit comes back: the second task goes to it too.
-        h.send(node_message::Body::Credit(Credit {
-            kind: "synthetic".into(),
+        h.send(NodeMessage::Credit(SlotCount {
+            kind: ExecutorKind::Synthetic,
             slots: 1,
         }));
         let g2 = h.grant();
-        assert_ne!(g2.attempt.unwrap().task_id, g.attempt.unwrap().task_id);
+        assert_ne!(g2.attempt.task_id, g.attempt.task_id);
     }
 
     #[test]
@@ -921,7 +894,7 @@ mod tests {
         assert_eq!(
             counts,
             vec![KindCounts {
-                kind: "synthetic".into(),
+                kind: ExecutorKind::Synthetic,
                 pending: 1,
                 running: 1
             }]
@@ -933,9 +906,9 @@ mod tests {
             })
             .unwrap();
         match h.next() {
-            coordinator_message::Body::Revoke(r) => {
-                assert_eq!(r.attempt, g1.attempt);
-                assert!(r.reason.contains("node pod n was deleted"), "{}", r.reason);
+            CoordinatorMessage::Revoke { attempt, reason } => {
+                assert_eq!(attempt, g1.attempt);
+                assert!(reason.contains("node pod n was deleted"), "{reason}");
             }
             other => panic!("expected a revoke, got {other:?}"),
         }
@@ -949,7 +922,7 @@ mod tests {
         assert_eq!((counts[0].pending, counts[0].running), (2, 0));
         // The released epoch's result, arriving late, is not recorded.
         h.send(result(g1.attempt, outcome(true, FailureClass::None)));
-        assert!(!h.ack().accepted);
+        assert!(!h.ack().0);
         // An unknown node is no error.
         h.core
             .send(Command::NodeGone {
@@ -960,15 +933,15 @@ mod tests {
         assert_eq!(h.summary(&run).pending, 2);
 
         // The gone node, still connected for a moment, asks for more work: it gets none.
-        h.send(node_message::Body::Credit(Credit {
-            kind: "synthetic".into(),
+        h.send(NodeMessage::Credit(SlotCount {
+            kind: ExecutorKind::Synthetic,
             slots: 1,
         }));
         assert_eq!(h.summary(&run).pending, 2);
         while let Ok(m) = h.out.try_recv() {
-            let body = m.unwrap().body.unwrap();
+            let body = m.unwrap();
             assert!(
-                !matches!(body, coordinator_message::Body::Grant(_)),
+                !matches!(body, CoordinatorMessage::Grant(_)),
                 "a gone node was granted work: {body:?}"
             );
         }
@@ -980,7 +953,8 @@ mod tests {
 
     #[test]
     fn a_node_that_lets_its_queue_fill_is_told_the_limit_and_disconnected() {
-        let mut h = Harness::with_queue(60_000, &[("synthetic", 4)], &[("synthetic", 4)], 2);
+        let four = [(ExecutorKind::Synthetic, 4)];
+        let mut h = Harness::with_queue(60_000, &four, &four, 2);
         let run = h.submit("synthetic:4:1", 3);
         // The node reads nothing until the core has sent what it would: a later command's
         // answer comes after the submission's batch has queued its grants.
@@ -989,7 +963,7 @@ mod tests {
         let refusal = loop {
             match h.out.try_recv() {
                 Ok(Ok(m)) => {
-                    if matches!(m.body, Some(coordinator_message::Body::Grant(_))) {
+                    if matches!(m, CoordinatorMessage::Grant(_)) {
                         grants += 1;
                     }
                 }
@@ -997,14 +971,17 @@ mod tests {
                 Err(e) => panic!("no refusal in the queue after {grants} grants: {e}"),
             }
         };
-        assert_eq!(refusal.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            matches!(&refusal, Refused::ResourceExhausted(m) if m.contains("--max-node-queue")),
+            "{refusal:?}"
+        );
         assert!(grants < 4, "{grants} grants fit a queue of 2");
         // The stream ends: the core dropped the node.
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             match h.out.try_recv() {
                 Err(mpsc::error::TryRecvError::Disconnected) => break,
-                Ok(Err(status)) => panic!("a second refusal: {status}"),
+                Ok(Err(refused)) => panic!("a second refusal: {refused:?}"),
                 _ => {
                     assert!(Instant::now() < deadline, "the stream stayed open");
                     std::thread::sleep(Duration::from_millis(10));
@@ -1023,9 +1000,9 @@ mod tests {
         let g1 = h.grant();
         // No heartbeat: the lease runs out, the node is told, and the task is pending again.
         match h.next() {
-            coordinator_message::Body::Revoke(r) => {
-                assert_eq!(r.attempt, g1.attempt);
-                assert!(r.reason.contains("lease expired"), "{}", r.reason);
+            CoordinatorMessage::Revoke { attempt, reason } => {
+                assert_eq!(attempt, g1.attempt);
+                assert!(reason.contains("lease expired"), "{reason}");
             }
             other => panic!("expected a revoke, got {other:?}"),
         }

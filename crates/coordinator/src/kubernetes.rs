@@ -230,7 +230,7 @@ impl ScaleDecider {
     pub fn decide(&mut self, counts: &[KindCounts], current: u32, now: Instant) -> Option<u32> {
         let demand: u64 = counts
             .iter()
-            .filter(|c| self.pool.kinds.contains(&c.kind))
+            .filter(|c| self.pool.kinds.iter().any(|k| k == c.kind.as_str()))
             .map(|c| c.pending + c.running)
             .sum();
         let wanted = demand.div_ceil(u64::from(self.pool.slots_per_replica));
@@ -400,6 +400,7 @@ mod tests {
     use super::*;
     use http::{Request, Response};
     use kube::client::Body;
+    use reprobench_domain::registry::ExecutorKind;
     use std::pin::pin;
 
     fn pod(name: &str, phase: &str) -> Pod {
@@ -461,12 +462,12 @@ mod tests {
     fn counts(docker: (u64, u64), sim: (u64, u64)) -> Vec<KindCounts> {
         vec![
             KindCounts {
-                kind: "docker".into(),
+                kind: ExecutorKind::Docker,
                 pending: docker.0,
                 running: docker.1,
             },
             KindCounts {
-                kind: "sim".into(),
+                kind: ExecutorKind::Sim,
                 pending: sim.0,
                 running: sim.1,
             },

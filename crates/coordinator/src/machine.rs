@@ -14,12 +14,13 @@ use crate::lifecycle::{self, Attempt, Ending, Event, ResultContext, ResultVerdic
 use crate::scheduler::{NodeIdx, Policy, QueuedTask, Scheduler, TaskId};
 use crate::store::{LoadedRun, LoadedTask, NewTask, ResultRecord};
 use crate::sweep;
-use reprobench_domain::sweep::SweepSpec;
-use reprobench_proto::v1::{
-    AttemptRef, FailureClass, Grant, Hello, LeaseRenewal, ListRunsResponse, NodeProgress, Outcome,
-    RegisterRequest, RegisterResponse, ResultAck, Revoke, RunProgress, RunSummary,
-    SubmitRunRequest, SubmitRunResponse, coordinator_message, node_message,
+use reprobench_domain::messages::{
+    CoordinatorMessage, Grant, Hello, NodeMessage, NodeProgress, Registered, Registration, RunList,
+    RunProgress, RunState, RunSummary, SubmitRun, Submitted,
 };
+use reprobench_domain::outcome::{AttemptRef, FailureClass, Outcome};
+use reprobench_domain::registry::ExecutorKind;
+use reprobench_domain::sweep::SweepSpec;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,7 +74,7 @@ pub struct Now {
 #[derive(Debug)]
 pub enum Input {
     /// A node registers.
-    Register(RegisterRequest),
+    Register(Registration),
     /// A node opened Work stream `conn` and said hello.
     Connect {
         /// The node.
@@ -90,7 +91,7 @@ pub enum Input {
         /// The stream it came on.
         conn: ConnId,
         /// The message.
-        body: node_message::Body,
+        body: NodeMessage,
     },
     /// A Work stream ended.
     Disconnect {
@@ -102,7 +103,7 @@ pub enum Input {
     /// SubmitRun; `run_id` is the id a new run gets (the driver draws it, with its randomness).
     Submit {
         /// The request.
-        req: SubmitRunRequest,
+        req: SubmitRun,
         /// The id for a new run.
         run_id: String,
         /// The submitting credential's id.
@@ -139,8 +140,8 @@ pub enum Input {
     Dispatch,
 }
 
-/// Why the machine refuses a request. The driver answers it as the gRPC status of the same
-/// name ([`crate::core`]); the machine itself knows no transport.
+/// Why the machine, or its driver, refuses a request. The server answers it as the gRPC status
+/// of the same name; neither the machine nor the driver knows the transport.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
     /// It names a run the coordinator does not have.
@@ -153,6 +154,10 @@ pub enum Refused {
     AlreadyExists(String),
     /// The caller may not do it.
     PermissionDenied(String),
+    /// The coordinator cannot take it now: its core stopped or is stopping (the driver's).
+    Unavailable(String),
+    /// A limit was reached: a node let too many messages wait unread (the driver's).
+    ResourceExhausted(String),
 }
 
 /// The refusal of a request that names a run the coordinator does not have.
@@ -166,15 +171,15 @@ pub fn no_such_run(run_id: &str) -> Refused {
 #[derive(Debug)]
 pub enum Answer {
     /// To [`Input::Register`].
-    Register(Result<RegisterResponse, Refused>),
+    Register(Result<Registered, Refused>),
     /// To [`Input::Connect`]: an error closes the stream.
     Connect(Result<(), Refused>),
     /// To [`Input::Submit`].
-    Submit(Result<SubmitRunResponse, Refused>),
+    Submit(Result<Submitted, Refused>),
     /// To [`Input::Cancel`]: how many tasks were withdrawn.
     Cancel(Result<u64, Refused>),
     /// To [`Input::List`].
-    List(ListRunsResponse),
+    List(RunList),
     /// To [`Input::Watch`]: an error ends the watch.
     Watch(Result<(), Refused>),
     /// To [`Input::Counts`].
@@ -281,7 +286,7 @@ pub struct ToNode {
     pub conn: ConnId,
     /// The message. A grant's `variant`, `instance_id` and `payload_json` are left empty here:
     /// the driver fills them from the store, which keeps the payloads out of memory.
-    pub body: coordinator_message::Body,
+    pub body: CoordinatorMessage,
 }
 
 /// What one step asks of the driver: write, commit, then send the messages and the answer.
@@ -300,7 +305,7 @@ struct TaskMem {
     state: TaskState,
     epoch: u64,
     infra_failures: u32,
-    kind: Arc<str>,
+    kind: ExecutorKind,
     key: Arc<str>,
     agent: Arc<str>,
     node: Option<NodeIdx>,
@@ -330,36 +335,36 @@ struct RunMem {
     session_start: Option<Instant>,
     session_done: u64,
     /// The run's pending tasks per executor kind.
-    pending_by_kind: BTreeMap<Arc<str>, u64>,
+    pending_by_kind: BTreeMap<ExecutorKind, u64>,
 }
 
 impl RunMem {
     /// Counts a task of `kind` leaving (`delta` -1) or entering (+1) the pending state.
-    fn count_pending(&mut self, kind: &Arc<str>, delta: i64) {
-        let n = self.pending_by_kind.entry(kind.clone()).or_insert(0);
+    fn count_pending(&mut self, kind: ExecutorKind, delta: i64) {
+        let n = self.pending_by_kind.entry(kind).or_insert(0);
         *n = n.saturating_add_signed(delta);
         if *n == 0 {
-            self.pending_by_kind.remove(kind);
+            self.pending_by_kind.remove(&kind);
         }
     }
 }
 
 /// The slots of `kind` a node registered (0 for a kind it did not register).
-fn registered_slots(slots: &[(String, u32)], kind: &str) -> u32 {
+fn registered_slots(slots: &[(ExecutorKind, u32)], kind: ExecutorKind) -> u32 {
     slots
         .iter()
-        .filter(|(k, _)| k == kind)
+        .filter(|(k, _)| *k == kind)
         .map(|(_, n)| *n)
         .sum()
 }
 
 struct NodeMem {
     id: String,
-    slots: Vec<(String, u32)>,
+    slots: Vec<(ExecutorKind, u32)>,
     conn: Option<ConnId>,
     last_seen: Instant,
     draining: bool,
-    credits: HashMap<String, u32>,
+    credits: HashMap<ExecutorKind, u32>,
     in_sched: bool,
     /// The registered process's session and host (a second process under this name is refused
     /// while this one is connected).
@@ -427,13 +432,18 @@ impl Machine {
             m.next_task_id = m.next_task_id.max(t.task_id + 1);
             let run = m.intern(&t.run_id);
             let st = TaskState::parse(&t.state);
+            let Some(kind) = ExecutorKind::parse(&t.kind) else {
+                // Only a newer build's store could hold one; its task waits for that build.
+                tracing::error!(task = t.task_id, kind = %t.kind, "a stored task of an executor kind this build does not know is left alone");
+                continue;
+            };
             let node = t.node_id.as_deref().map(|n| m.node_idx(n));
             let mem = TaskMem {
                 run: run.clone(),
                 state: st,
                 epoch: t.epoch,
                 infra_failures: t.infra_failures,
-                kind: m.intern(&t.kind),
+                kind,
                 key: m.intern(&t.affinity_key),
                 agent: m.intern(&t.agent),
                 node,
@@ -443,7 +453,7 @@ impl Machine {
                 TaskState::Pending => {
                     m.sched.enqueue(QueuedTask {
                         id: t.task_id,
-                        kind: &mem.kind,
+                        kind: mem.kind,
                         key: &mem.key,
                         agent: &mem.agent,
                     });
@@ -467,7 +477,7 @@ impl Machine {
             if let Some(r) = m.runs.get_mut(&run) {
                 bump(&mut r.summary, st, 1);
                 if st == TaskState::Pending {
-                    r.count_pending(&mem.kind, 1);
+                    r.count_pending(mem.kind, 1);
                 }
             }
             m.tasks.insert(t.task_id, mem);
@@ -515,7 +525,7 @@ impl Machine {
                     .map(|r| self.summary_now(&self.runs[r]))
                     .collect();
                 let live_nodes = self.nodes.iter().filter(|n| n.in_sched).count() as u32;
-                self.answer(Answer::List(ListRunsResponse { runs, live_nodes }));
+                self.answer(Answer::List(RunList { runs, live_nodes }));
             }
             Input::Watch { run_id } => {
                 let answer = match self.runs.get_mut(run_id.as_str()) {
@@ -555,7 +565,7 @@ impl Machine {
         if !r.dirty {
             return None;
         }
-        let done = r.summary.state != "running";
+        let done = r.summary.state != RunState::Running;
         if !done
             && r.last_publish
                 .is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
@@ -578,7 +588,7 @@ impl Machine {
         self.fx.writes.push(write);
     }
 
-    fn send_to_node(&mut self, node: NodeIdx, body: coordinator_message::Body) {
+    fn send_to_node(&mut self, node: NodeIdx, body: CoordinatorMessage) {
         if let Some(conn) = self.nodes[node as usize].conn {
             self.fx.messages.push(ToNode { conn, body });
         }
@@ -622,7 +632,7 @@ impl Machine {
                 summary: RunSummary {
                     run_id: run.run_id.clone(),
                     name: run.name.clone(),
-                    state: run.state.clone(),
+                    state: RunState::parse(&run.state).unwrap_or_default(),
                     tasks: run.tasks,
                     created_at_ms: run.created_at_ms,
                     finished_at_ms: run.finished_at_ms.unwrap_or(0),
@@ -656,6 +666,7 @@ impl Machine {
     }
 
     fn kind_counts(&self) -> Vec<KindCounts> {
+        // In the order of the kinds' names.
         let mut by_kind: std::collections::BTreeMap<&str, KindCounts> = Default::default();
         for t in self.tasks.values() {
             let (pending, running) = match t.state {
@@ -663,10 +674,13 @@ impl Machine {
                 TaskState::Leased => (0, 1),
                 _ => continue,
             };
-            let c = by_kind.entry(&t.kind).or_insert_with(|| KindCounts {
-                kind: t.kind.to_string(),
-                ..KindCounts::default()
-            });
+            let c = by_kind
+                .entry(t.kind.as_str())
+                .or_insert_with(|| KindCounts {
+                    kind: t.kind,
+                    pending: 0,
+                    running: 0,
+                });
             c.pending += pending;
             c.running += running;
         }
@@ -674,8 +688,9 @@ impl Machine {
         for node in &self.nodes {
             for (kind, _) in &node.slots {
                 by_kind.entry(kind.as_str()).or_insert_with(|| KindCounts {
-                    kind: kind.clone(),
-                    ..KindCounts::default()
+                    kind: *kind,
+                    pending: 0,
+                    running: 0,
                 });
             }
         }
@@ -737,29 +752,22 @@ impl Machine {
             reason: Some(reason.clone()),
             at_ms: self.now.wall_ms,
         });
-        let attempt = Some(AttemptRef {
+        let attempt = AttemptRef {
             task_id: task,
             epoch,
-        });
+        };
         self.send_to_node(
             n,
-            coordinator_message::Body::Revoke(Revoke {
+            CoordinatorMessage::Revoke {
                 attempt,
                 reason: reason.clone(),
-            }),
+            },
         );
         self.infra_failure(task, status, reason, &node_id);
     }
 
-    fn register(&mut self, req: RegisterRequest) -> Result<RegisterResponse, Refused> {
-        if req.protocol_version != reprobench_proto::PROTOCOL_VERSION {
-            return Err(Refused::FailedPrecondition(format!(
-                "node `{}` speaks protocol v{} but this coordinator speaks v{}; run the same reprobench release on the coordinator and its nodes",
-                req.node_id,
-                req.protocol_version,
-                reprobench_proto::PROTOCOL_VERSION
-            )));
-        }
+    /// A node's registration (its protocol version was checked where it came in).
+    fn register(&mut self, req: Registration) -> Result<Registered, Refused> {
         if req.node_id.trim().is_empty() {
             return Err(Refused::InvalidArgument(
                 "node_id is empty; pass --name or let the node choose one".into(),
@@ -774,11 +782,7 @@ impl Machine {
         if let Some(&n) = self.node_index.get(&req.node_id) {
             self.refuse_a_twin(n, &req.session)?;
         }
-        let slots: Vec<(String, u32)> = req
-            .slots
-            .iter()
-            .map(|s| (s.kind.clone(), s.slots))
-            .collect();
+        let slots: Vec<(ExecutorKind, u32)> = req.slots.iter().map(|s| (s.kind, s.slots)).collect();
         let slots_text = slots
             .iter()
             .map(|(k, n)| format!("{k}={n}"))
@@ -798,9 +802,8 @@ impl Machine {
             self.nodes[n as usize].slots = slots;
         }
         tracing::info!(node = %req.node_id, host = %req.hostname, slots = %slots_text, "node registered");
-        Ok(RegisterResponse {
+        Ok(Registered {
             node_id: req.node_id,
-            protocol_version: reprobench_proto::PROTOCOL_VERSION,
             lease_ms: self.cfg.lease_ms,
             heartbeat_ms: self.cfg.heartbeat_ms,
         })
@@ -845,12 +848,7 @@ impl Machine {
             node.credits = hello
                 .free
                 .iter()
-                .map(|s| {
-                    (
-                        s.kind.clone(),
-                        s.slots.min(registered_slots(&node.slots, &s.kind)),
-                    )
-                })
+                .map(|s| (s.kind, s.slots.min(registered_slots(&node.slots, s.kind))))
                 .collect();
         }
         for key in &hello.warm_keys {
@@ -886,7 +884,7 @@ impl Machine {
         Ok(())
     }
 
-    fn on_node_message(&mut self, node_id: &str, conn: ConnId, body: node_message::Body) {
+    fn on_node_message(&mut self, node_id: &str, conn: ConnId, body: NodeMessage) {
         let Some(&n) = self.node_index.get(node_id) else {
             return;
         };
@@ -898,31 +896,27 @@ impl Machine {
             self.join_sched(n);
         }
         match body {
-            node_message::Body::Hello(_) => {}
-            node_message::Body::Heartbeat(hb) => self.renew(n, &hb.running),
-            node_message::Body::Credit(c) => {
+            NodeMessage::Hello(_) => {}
+            NodeMessage::Heartbeat { running } => self.renew(n, &running),
+            NodeMessage::Credit(c) => {
                 let node = &mut self.nodes[n as usize];
                 if !node.draining {
-                    let cap = registered_slots(&node.slots, &c.kind);
+                    let cap = registered_slots(&node.slots, c.kind);
                     let credit = node.credits.entry(c.kind).or_insert(0);
                     *credit = credit.saturating_add(c.slots).min(cap);
                     self.hungry.insert(n);
                 }
             }
-            node_message::Body::Progress(_) => {}
-            node_message::Body::Result(r) => {
-                let attempt = r.attempt.unwrap_or_default();
-                self.result(n, attempt, r.outcome.unwrap_or_default());
-            }
-            node_message::Body::HandBack(h) => {
-                let a = h.attempt.unwrap_or_default();
+            NodeMessage::Progress { .. } => {}
+            NodeMessage::Result { attempt, outcome } => self.result(n, attempt, outcome),
+            NodeMessage::HandBack { attempt: a, reason } => {
                 if self
                     .leases
                     .get(&a.task_id)
                     .is_some_and(|l| l.node == n && l.epoch == a.epoch)
                 {
                     self.leases.remove(&a.task_id);
-                    let reason = format!("handed back by {node_id}: {}", h.reason);
+                    let reason = format!("handed back by {node_id}: {reason}");
                     self.write(Write::EndAttempt {
                         task: a.task_id,
                         epoch: a.epoch,
@@ -933,7 +927,7 @@ impl Machine {
                     self.requeue(a.task_id, Event::AttemptLost { retry: true });
                 }
             }
-            node_message::Body::Draining(_) => {
+            NodeMessage::Draining => {
                 tracing::info!(node = %node_id, "node is draining");
                 self.nodes[n as usize].draining = true;
                 self.nodes[n as usize].credits.clear();
@@ -958,19 +952,16 @@ impl Machine {
                         format!("lease lost: the task is now at attempt {epoch} or closed");
                     self.send_to_node(
                         n,
-                        coordinator_message::Body::Revoke(Revoke {
-                            attempt: Some(*a),
+                        CoordinatorMessage::Revoke {
+                            attempt: *a,
                             reason,
-                        }),
+                        },
                     );
                 }
             }
         }
         let lease_ms = self.cfg.lease_ms;
-        self.send_to_node(
-            n,
-            coordinator_message::Body::Renewal(LeaseRenewal { renewed, lease_ms }),
-        );
+        self.send_to_node(n, CoordinatorMessage::Renewal { renewed, lease_ms });
     }
 
     fn join_sched(&mut self, n: NodeIdx) {
@@ -979,7 +970,7 @@ impl Machine {
             return;
         }
         node.in_sched = true;
-        let kinds: Vec<String> = node.slots.iter().map(|(k, _)| k.clone()).collect();
+        let kinds: Vec<ExecutorKind> = node.slots.iter().map(|(k, _)| *k).collect();
         self.sched.add_node(n, &kinds);
         self.hungry.insert(n);
     }
@@ -992,10 +983,10 @@ impl Machine {
 
     fn submit(
         &mut self,
-        req: SubmitRunRequest,
+        req: SubmitRun,
         run_id: String,
         owner: String,
-    ) -> Result<SubmitRunResponse, Refused> {
+    ) -> Result<Submitted, Refused> {
         let spec = SweepSpec::from_toml(&req.sweep_toml)
             .map_err(|e| Refused::InvalidArgument(e.to_string()))?;
         let attachments: sweep::Attachments = req.attachments.into_iter().collect();
@@ -1004,11 +995,11 @@ impl Machine {
             let existing = self.run_order.iter().rev().find(|r| {
                 let run = &self.runs[*r];
                 run.sweep_hash == hash
-                    && (run.summary.state == "running"
-                        || req.reuse_finished && run.summary.state == "finished")
+                    && (run.summary.state == RunState::Running
+                        || req.reuse_finished && run.summary.state == RunState::Finished)
             });
             if let Some(r) = existing {
-                return Ok(SubmitRunResponse {
+                return Ok(Submitted {
                     run_id: r.to_string(),
                     tasks: self.runs[r].summary.tasks,
                     resumed: true,
@@ -1021,7 +1012,7 @@ impl Machine {
             run_id,
             name: spec.name.clone(),
             sweep_hash: hash,
-            state: "running".into(),
+            state: RunState::Running.as_str().into(),
             tasks: tasks.len() as u64,
             max_attempts: spec.max_attempts,
             created_at_ms: self.now.wall_ms,
@@ -1035,14 +1026,14 @@ impl Machine {
         self.next_task_id += tasks.len() as u64;
         self.add_run_mem(&run);
         let run_key = self.intern(&run.run_id);
-        let mut pending_by_kind: BTreeMap<Arc<str>, u64> = BTreeMap::new();
+        let mut pending_by_kind: BTreeMap<ExecutorKind, u64> = BTreeMap::new();
         for (id, t) in ids.iter().zip(&tasks) {
             let mem = TaskMem {
                 run: run_key.clone(),
                 state: TaskState::Pending,
                 epoch: 0,
                 infra_failures: 0,
-                kind: self.intern(t.kind.as_str()),
+                kind: t.kind,
                 key: self.intern(&t.affinity_key),
                 agent: self.intern(&t.agent),
                 node: None,
@@ -1050,17 +1041,17 @@ impl Machine {
             };
             self.sched.enqueue(QueuedTask {
                 id: *id,
-                kind: &mem.kind,
+                kind: mem.kind,
                 key: &mem.key,
                 agent: &mem.agent,
             });
-            *pending_by_kind.entry(mem.kind.clone()).or_insert(0) += 1;
+            *pending_by_kind.entry(mem.kind).or_insert(0) += 1;
             self.tasks.insert(*id, mem);
         }
         self.work_added = true;
         let count = tasks.len() as u64;
         tracing::info!(run = %run.run_id, tasks = count, sweep = %spec.name, "run submitted");
-        let response = SubmitRunResponse {
+        let response = Submitted {
             run_id: run.run_id.clone(),
             tasks: count,
             resumed: false,
@@ -1114,13 +1105,13 @@ impl Machine {
                     reason: Some("run cancelled".into()),
                     at_ms: now,
                 });
-                let attempt = Some(AttemptRef { task_id: id, epoch });
+                let attempt = AttemptRef { task_id: id, epoch };
                 self.send_to_node(
                     n,
-                    coordinator_message::Body::Cancel(Revoke {
+                    CoordinatorMessage::Cancel {
                         attempt,
                         reason: "run cancelled".into(),
-                    }),
+                    },
                 );
             }
             let infra_failures = self.tasks[&id].infra_failures;
@@ -1133,8 +1124,8 @@ impl Machine {
             }
         }
         let run = self.runs.get_mut(&run_key).expect("exists");
-        if run.summary.state == "running" {
-            run.summary.state = "cancelled".into();
+        if run.summary.state == RunState::Running {
+            run.summary.state = RunState::Cancelled;
             run.summary.finished_at_ms = now;
             run.dirty = true;
             self.write(Write::SetRunState {
@@ -1162,9 +1153,9 @@ impl Machine {
         bump(&mut run.summary, old, -1);
         bump(&mut run.summary, new, 1);
         if old == TaskState::Pending && new != TaskState::Pending {
-            run.count_pending(&t.kind, -1);
+            run.count_pending(t.kind, -1);
         } else if new == TaskState::Pending && old != TaskState::Pending {
-            run.count_pending(&t.kind, 1);
+            run.count_pending(t.kind, 1);
         }
         run.dirty = true;
         Some(new)
@@ -1182,7 +1173,7 @@ impl Machine {
         let infra_failures = t.infra_failures;
         self.sched.enqueue(QueuedTask {
             id: task,
-            kind: &t.kind,
+            kind: t.kind,
             key: &t.key,
             agent: &t.agent,
         });
@@ -1251,8 +1242,9 @@ impl Machine {
     fn check_finished(&mut self, run: &Arc<str>) {
         let now = self.now.wall_ms;
         let r = self.runs.get_mut(run).expect("run");
-        if r.summary.state == "running" && r.summary.pending == 0 && r.summary.running == 0 {
-            r.summary.state = "finished".into();
+        if r.summary.state == RunState::Running && r.summary.pending == 0 && r.summary.running == 0
+        {
+            r.summary.state = RunState::Finished;
             r.summary.finished_at_ms = now;
             r.dirty = true;
             tracing::info!(run = %run, succeeded = r.summary.succeeded, failed = r.summary.failed, errored = r.summary.errored, "run finished");
@@ -1266,12 +1258,10 @@ impl Machine {
 
     fn result(&mut self, n: NodeIdx, a: AttemptRef, outcome: Outcome) {
         let node_id = self.nodes[n as usize].id.clone();
-        let ack = |accepted: bool, reason: String| {
-            coordinator_message::Body::ResultAck(ResultAck {
-                attempt: Some(a),
-                accepted,
-                reason,
-            })
+        let ack = |accepted: bool, reason: String| CoordinatorMessage::ResultAck {
+            attempt: a,
+            accepted,
+            reason,
         };
         let Some(t) = self.tasks.get(&a.task_id) else {
             self.send_to_node(n, ack(false, "unknown task".into()));
@@ -1322,7 +1312,7 @@ impl Machine {
         if outcome.finished_at_ms == 0 {
             outcome.finished_at_ms = now;
         }
-        let class = FailureClass::try_from(outcome.failure_class).unwrap_or(FailureClass::Infra);
+        let class = outcome.failure_class;
         if class == FailureClass::Infra {
             let message = if outcome.error_message.is_empty() {
                 "infrastructure error".into()
@@ -1423,20 +1413,20 @@ impl Machine {
                 let node = &self.nodes[n as usize];
                 // Every kind it has a free slot of, in a fixed order: a node offering several
                 // kinds gets work of any of them, not only of the one it happens to list first.
-                let mut kinds: Vec<String> = node
+                let mut kinds: Vec<ExecutorKind> = node
                     .credits
                     .iter()
                     .filter(|(_, c)| **c > 0)
-                    .map(|(k, _)| k.clone())
+                    .map(|(k, _)| *k)
                     .collect();
-                kinds.sort();
+                kinds.sort_by_key(|k| k.as_str());
                 if kinds.is_empty() || !node.in_sched {
                     self.hungry.remove(&n);
                     continue;
                 }
                 let picked = kinds
                     .into_iter()
-                    .find_map(|kind| self.sched.next_for(n, &kind).map(|pick| (kind, pick)));
+                    .find_map(|kind| self.sched.next_for(n, kind).map(|pick| (kind, pick)));
                 match picked {
                     Some((kind, pick)) => {
                         *self.nodes[n as usize]
@@ -1468,7 +1458,7 @@ impl Machine {
         let (epoch, run, kind, key, agent) = (
             t.epoch,
             t.run.clone(),
-            t.kind.clone(),
+            t.kind,
             t.key.clone(),
             t.agent.clone(),
         );
@@ -1491,20 +1481,23 @@ impl Machine {
                 granted_ms: Some(wall_ms),
             },
         );
+        // The driver fills the variant, the instance and the payload from the store.
         let grant = Grant {
-            attempt: Some(AttemptRef {
+            attempt: AttemptRef {
                 task_id: task,
                 epoch,
-            }),
+            },
             run_id: run.to_string(),
-            kind: kind.to_string(),
+            kind,
             affinity_key: key.to_string(),
             agent: agent.to_string(),
+            variant: String::new(),
+            instance_id: String::new(),
+            payload_json: String::new(),
             lease_ms: self.cfg.lease_ms,
             attempt_number: epoch as u32,
-            ..Default::default()
         };
-        self.send_to_node(n, coordinator_message::Body::Grant(grant));
+        self.send_to_node(n, CoordinatorMessage::Grant(grant));
     }
 
     fn progress(&self, id: &Arc<str>, now: Instant) -> RunProgress {
@@ -1535,14 +1528,14 @@ impl Machine {
         let s = self.summary_now(r);
         let remaining = s.pending + s.running;
         let eta_s = match r.session_start {
-            Some(start) if r.session_done > 0 => {
-                now.duration_since(start).as_secs_f64() / r.session_done as f64 * remaining as f64
-            }
-            _ if remaining == 0 => 0.0,
-            _ => -1.0,
+            Some(start) if r.session_done > 0 => Some(
+                now.duration_since(start).as_secs_f64() / r.session_done as f64 * remaining as f64,
+            ),
+            _ if remaining == 0 => Some(0.0),
+            _ => None,
         };
         RunProgress {
-            run: Some(s),
+            run: s,
             nodes,
             eta_s,
         }
@@ -1555,13 +1548,13 @@ impl Machine {
         s.unserved_kinds = r
             .pending_by_kind
             .keys()
-            .filter(|kind| {
+            .copied()
+            .filter(|&kind| {
                 !self
                     .nodes
                     .iter()
                     .any(|n| n.in_sched && registered_slots(&n.slots, kind) > 0)
             })
-            .map(|kind| kind.to_string())
             .collect();
         s
     }
@@ -1607,7 +1600,7 @@ fn record_from(o: Outcome, node_id: String) -> ResultRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use reprobench_proto::v1::{AttemptResult, Credit, Heartbeat, SlotCount};
+    use reprobench_domain::messages::SlotCount;
 
     /// A start time and the times after it; nothing here reads the clock again.
     fn start() -> Now {
@@ -1624,11 +1617,8 @@ mod tests {
         }
     }
 
-    fn slots(kind: &str, n: u32) -> Vec<SlotCount> {
-        vec![SlotCount {
-            kind: kind.into(),
-            slots: n,
-        }]
+    fn slots(kind: ExecutorKind, n: u32) -> Vec<SlotCount> {
+        vec![SlotCount { kind, slots: n }]
     }
 
     /// A machine with node `n` registered and connected on stream 1 with `free` synthetic slots.
@@ -1639,11 +1629,10 @@ mod tests {
             ..CoreConfig::default()
         };
         let mut m = Machine::load(cfg, vec![], vec![], vec![], t);
-        let req = RegisterRequest {
-            protocol_version: reprobench_proto::PROTOCOL_VERSION,
+        let req = Registration {
             node_id: "n".into(),
             hostname: "h".into(),
-            slots: slots("synthetic", 4),
+            slots: slots(ExecutorKind::Synthetic, 4),
             binary_version: "t".into(),
             session: String::new(),
         };
@@ -1651,7 +1640,7 @@ mod tests {
         assert!(matches!(fx.answer, Some(Answer::Register(Ok(_)))));
         let hello = Hello {
             node_id: "n".into(),
-            free: slots("synthetic", free),
+            free: slots(ExecutorKind::Synthetic, free),
             ..Default::default()
         };
         let fx = m.step(
@@ -1670,7 +1659,7 @@ mod tests {
         let sweep = format!(
             "name='t'\ndatasets=['{dataset}']\nmax_attempts={max_attempts}\n[[agents]]\nname='synthetic'\n"
         );
-        let req = SubmitRunRequest {
+        let req = SubmitRun {
             sweep_toml: sweep,
             ..Default::default()
         };
@@ -1689,7 +1678,7 @@ mod tests {
         }
     }
 
-    fn from_node(body: node_message::Body) -> Input {
+    fn from_node(body: NodeMessage) -> Input {
         Input::FromNode {
             node_id: "n".into(),
             conn: 1,
@@ -1698,40 +1687,52 @@ mod tests {
     }
 
     fn credit() -> Input {
-        from_node(node_message::Body::Credit(Credit {
-            kind: "synthetic".into(),
+        from_node(NodeMessage::Credit(SlotCount {
+            kind: ExecutorKind::Synthetic,
             slots: 1,
         }))
     }
 
     fn result(attempt: AttemptRef, success: bool, class: FailureClass) -> Input {
-        from_node(node_message::Body::Result(AttemptResult {
-            attempt: Some(attempt),
-            outcome: Some(Outcome {
+        from_node(NodeMessage::Result {
+            attempt,
+            outcome: Outcome {
                 success,
                 verdict: "v".into(),
-                failure_class: class as i32,
+                failure_class: class,
                 wall_s: 0.1,
                 ..Default::default()
-            }),
-        }))
+            },
+        })
     }
 
     fn grants(fx: &Effects) -> Vec<AttemptRef> {
         fx.messages
             .iter()
             .filter_map(|m| match &m.body {
-                coordinator_message::Body::Grant(g) => g.attempt,
+                CoordinatorMessage::Grant(g) => Some(g.attempt),
                 _ => None,
             })
             .collect()
     }
 
-    fn acks(fx: &Effects) -> Vec<ResultAck> {
+    /// A result's acknowledgement as a node reads it.
+    #[derive(Debug)]
+    struct Ack {
+        accepted: bool,
+        reason: String,
+    }
+
+    fn acks(fx: &Effects) -> Vec<Ack> {
         fx.messages
             .iter()
             .filter_map(|m| match &m.body {
-                coordinator_message::Body::ResultAck(a) => Some(a.clone()),
+                CoordinatorMessage::ResultAck {
+                    accepted, reason, ..
+                } => Some(Ack {
+                    accepted: *accepted,
+                    reason: reason.clone(),
+                }),
                 _ => None,
             })
             .collect()
@@ -1776,7 +1777,7 @@ mod tests {
         let s = summary(&mut m, &run, t);
         assert_eq!(
             (s.pending, s.unserved_kinds),
-            (2, vec!["synthetic".to_string()])
+            (2, vec![ExecutorKind::Synthetic])
         );
         let cancelled = m.step(
             Input::Cancel {
@@ -1797,7 +1798,10 @@ mod tests {
         );
         // A later run, submitted while no node is connected, waits from the start.
         let (run2, _) = submit(&mut m, "synthetic:1:1", 3, t);
-        assert_eq!(summary(&mut m, &run2, t).unserved_kinds, vec!["synthetic"]);
+        assert_eq!(
+            summary(&mut m, &run2, t).unserved_kinds,
+            vec![ExecutorKind::Synthetic]
+        );
     }
 
     #[test]
@@ -1837,7 +1841,7 @@ mod tests {
         let ack = &acks(&fx)[0];
         assert!(ack.accepted && ack.reason == "already recorded", "{ack:?}");
         let s = summary(&mut m, &run, t);
-        assert_eq!((s.state.as_str(), s.succeeded), ("finished", 1));
+        assert_eq!((s.state, s.succeeded), (RunState::Finished, 1));
     }
 
     #[test]
@@ -1853,8 +1857,8 @@ mod tests {
         assert_eq!(granted.len(), 4, "{granted:?}");
         // Credits of a kind it never registered give it nothing.
         m.step(
-            from_node(node_message::Body::Credit(Credit {
-                kind: "docker".into(),
+            from_node(NodeMessage::Credit(SlotCount {
+                kind: ExecutorKind::Docker,
                 slots: 10,
             })),
             t,
@@ -1887,17 +1891,14 @@ mod tests {
             }
         )));
         assert!(fx.messages.iter().any(
-            |m| matches!(&m.body, coordinator_message::Body::Revoke(r) if r.attempt == Some(first))
+            |m| matches!(&m.body, CoordinatorMessage::Revoke { attempt, .. } if *attempt == first)
         ));
         let s = summary(&mut m, &run, t);
         assert_eq!((s.pending, s.running, s.retried_attempts), (1, 0, 1));
 
         // The node speaks again and asks for work: the task comes back under epoch 2.
         let t2 = after(t, 1_001);
-        m.step(
-            from_node(node_message::Body::Heartbeat(Heartbeat { running: vec![] })),
-            t2,
-        );
+        m.step(from_node(NodeMessage::Heartbeat { running: vec![] }), t2);
         m.step(credit(), t2);
         let [second] = grants(&m.step(Input::Dispatch, t2))[..] else {
             panic!()
@@ -1947,7 +1948,7 @@ mod tests {
             "{record:?}"
         );
         let s = summary(&mut m, &run, t);
-        assert_eq!((s.state.as_str(), s.errored), ("finished", 1));
+        assert_eq!((s.state, s.errored), (RunState::Finished, 1));
     }
 
     /// The driver sends only after committing a step's writes; so what a message or an answer
@@ -1993,22 +1994,24 @@ mod tests {
         for fx in &steps {
             for msg in &fx.messages {
                 match &msg.body {
-                    coordinator_message::Body::Grant(g) => {
-                        let a = g.attempt.unwrap();
+                    CoordinatorMessage::Grant(g) => {
+                        let a = g.attempt;
                         assert!(fx.writes.iter().any(|w| matches!(w,
                             Write::RecordGrant { task, epoch, .. } if *task == a.task_id && *epoch == a.epoch)),
                             "grant {a:?} without its write");
                     }
-                    coordinator_message::Body::ResultAck(ack)
-                        if ack.accepted && ack.reason.is_empty() =>
-                    {
-                        let a = ack.attempt.unwrap();
+                    CoordinatorMessage::ResultAck {
+                        attempt: a,
+                        accepted: true,
+                        reason,
+                    } if reason.is_empty() => {
                         assert!(fx.writes.iter().any(|w| matches!(w,
                             Write::EndAttempt { task, epoch, .. } if *task == a.task_id && *epoch == a.epoch)),
                             "ack {a:?} without its write");
                     }
-                    coordinator_message::Body::Revoke(r) if !r.reason.starts_with("lease lost") => {
-                        let a = r.attempt.unwrap();
+                    CoordinatorMessage::Revoke { attempt: a, reason }
+                        if !reason.starts_with("lease lost") =>
+                    {
                         assert!(fx.writes.iter().any(|w| matches!(w,
                             Write::EndAttempt { task, epoch, .. } if *task == a.task_id && *epoch == a.epoch)),
                             "revoke {a:?} without its write");

@@ -31,7 +31,7 @@ pub fn prometheus_text(counts: &[KindCounts]) -> String {
         for c in counts {
             out.push_str(&format!(
                 "{name}{{kind=\"{}\"}} {}\n",
-                c.kind.replace(['\\', '"', '\n'], "_"),
+                c.kind.as_str(),
                 value(c)
             ));
         }
@@ -44,7 +44,7 @@ pub fn prometheus_text(counts: &[KindCounts]) -> String {
 pub fn keda_json(counts: &[KindCounts], kinds: &[String]) -> serde_json::Value {
     let (pending, running) = counts
         .iter()
-        .filter(|c| kinds.is_empty() || kinds.contains(&c.kind))
+        .filter(|c| kinds.is_empty() || kinds.iter().any(|k| k == c.kind.as_str()))
         .fold((0, 0), |(p, r), c| (p + c.pending, r + c.running));
     serde_json::json!({
         "kinds": kinds,
@@ -119,16 +119,17 @@ pub async fn serve(addr: SocketAddr, core: CoreHandle) -> std::io::Result<Socket
 #[cfg(test)]
 mod tests {
     use super::*;
+    use reprobench_domain::registry::ExecutorKind;
 
     fn counts() -> Vec<KindCounts> {
         vec![
             KindCounts {
-                kind: "docker".into(),
+                kind: ExecutorKind::Docker,
                 pending: 5,
                 running: 2,
             },
             KindCounts {
-                kind: "sim".into(),
+                kind: ExecutorKind::Sim,
                 pending: 0,
                 running: 1,
             },

@@ -8,6 +8,7 @@
 //! preferring keys the thief already has warm. Granted tasks leave the scheduler, so a started
 //! task can never be stolen. `StaticRoundRobin` is the baseline the benchmark compares against.
 
+use reprobench_domain::registry::ExecutorKind;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 
 /// Task identifier (the store's row id).
@@ -38,7 +39,7 @@ pub struct QueuedTask<'a> {
     /// Store id.
     pub id: TaskId,
     /// Executor kind the task needs.
-    pub kind: &'a str,
+    pub kind: ExecutorKind,
     /// Affinity key (image, app + snapshot).
     pub key: &'a str,
     /// Agent name (estimates are per key and agent).
@@ -105,7 +106,7 @@ struct KindQueues {
 /// The scheduler state: pending tasks, shards, estimates and warm keys.
 pub struct Scheduler {
     policy: Policy,
-    kinds: HashMap<String, KindQueues>,
+    kinds: HashMap<ExecutorKind, KindQueues>,
     keys: Interner,
     /// Ring position of each interned key, hashed from the key's text so shards do not depend
     /// on arrival order (the same key lands on the same node after a coordinator restart).
@@ -114,7 +115,7 @@ pub struct Scheduler {
     estimates: HashMap<BucketId, Estimate>,
     warm: HashMap<NodeIdx, HashSet<KeyId>>,
     /// Where each pending task sits: (kind, bucket). Removed tasks are dropped lazily from queues.
-    location: HashMap<TaskId, (String, BucketId)>,
+    location: HashMap<TaskId, (ExecutorKind, BucketId)>,
 }
 
 impl Scheduler {
@@ -138,9 +139,9 @@ impl Scheduler {
     }
 
     /// A node became live with slots of these kinds.
-    pub fn add_node(&mut self, node: NodeIdx, kinds: &[String]) {
+    pub fn add_node(&mut self, node: NodeIdx, kinds: &[ExecutorKind]) {
         for kind in kinds {
-            let q = self.kinds.entry(kind.clone()).or_default();
+            let q = self.kinds.entry(*kind).or_default();
             if q.members.insert(node) {
                 q.ring_dirty = true;
                 q.static_queues.entry(node).or_default();
@@ -206,8 +207,8 @@ impl Scheduler {
     /// Adds a pending task (new, requeued or handed back).
     pub fn enqueue(&mut self, task: QueuedTask<'_>) {
         let b = (self.key_id(task.key), self.agents.id(task.agent));
-        self.location.insert(task.id, (task.kind.to_string(), b));
-        let q = self.kinds.entry(task.kind.to_string()).or_default();
+        self.location.insert(task.id, (task.kind, b));
+        let q = self.kinds.entry(task.kind).or_default();
         match self.policy {
             Policy::AffinityStealing => {
                 q.refresh_ring(&self.key_points);
@@ -281,8 +282,8 @@ impl Scheduler {
     }
 
     /// The next task for a free slot of `kind` on `node`, or `None` when nothing is runnable there.
-    pub fn next_for(&mut self, node: NodeIdx, kind: &str) -> Option<Pick> {
-        let q = self.kinds.get_mut(kind)?;
+    pub fn next_for(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<Pick> {
+        let q = self.kinds.get_mut(&kind)?;
         if !q.members.contains(&node) {
             return None;
         }
@@ -366,8 +367,8 @@ impl Scheduler {
     }
 
     /// Not-started tasks in a node's shard for a kind.
-    pub fn backlog(&mut self, node: NodeIdx, kind: &str) -> usize {
-        let Some(q) = self.kinds.get_mut(kind) else {
+    pub fn backlog(&mut self, node: NodeIdx, kind: ExecutorKind) -> usize {
+        let Some(q) = self.kinds.get_mut(&kind) else {
             return 0;
         };
         q.refresh_ring(&self.key_points);
@@ -475,12 +476,12 @@ fn mix(mut z: u64) -> u64 {
 mod tests {
     use super::*;
 
-    const K: &str = "synthetic";
+    const K: ExecutorKind = ExecutorKind::Synthetic;
 
     fn sched(nodes: &[NodeIdx]) -> Scheduler {
         let mut s = Scheduler::new(Policy::AffinityStealing);
         for &n in nodes {
-            s.add_node(n, &[K.to_string()]);
+            s.add_node(n, &[K]);
         }
         s
     }
@@ -636,21 +637,21 @@ mod tests {
         let mut s = Scheduler::new(Policy::AffinityStealing);
         s.enqueue(QueuedTask {
             id: 1,
-            kind: "docker",
+            kind: ExecutorKind::Docker,
             key: "img",
             agent: "a",
         });
-        s.add_node(0, &[K.to_string()]);
-        assert_eq!(s.next_for(0, "docker"), None);
-        s.add_node(1, &["docker".to_string()]);
-        assert_eq!(s.next_for(1, "docker").map(|p| p.task), Some(1));
+        s.add_node(0, &[K]);
+        assert_eq!(s.next_for(0, ExecutorKind::Docker), None);
+        s.add_node(1, &[ExecutorKind::Docker]);
+        assert_eq!(s.next_for(1, ExecutorKind::Docker).map(|p| p.task), Some(1));
     }
 
     #[test]
     fn static_round_robin_deals_and_never_steals() {
         let mut s = Scheduler::new(Policy::StaticRoundRobin);
-        s.add_node(0, &[K.to_string()]);
-        s.add_node(1, &[K.to_string()]);
+        s.add_node(0, &[K]);
+        s.add_node(1, &[K]);
         for id in 0..4 {
             enqueue(&mut s, id, "k");
         }

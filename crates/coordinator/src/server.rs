@@ -1,12 +1,17 @@
 //! The gRPC edge: `NodeService` and `RunService` forwarding to the core, token checks, TLS,
-//! the data directory (lock, token file, address file) and the server's lifetime.
+//! the data directory (lock, token file, address file) and the server's lifetime. The core
+//! speaks domain messages (`reprobench_domain::messages`); this is where they meet the wire
+//! (`reprobench_proto::convert`), and where a [`Refused`] becomes a gRPC status.
 
 use crate::core::{self, Command, CoreConfig, CoreHandle};
 use crate::credentials::{
     AuthError, Credentials, CredentialsError, FileCredential, Opening, Principal,
 };
+use crate::machine::Refused;
 use crate::store::{Store, StoreError};
+use reprobench_domain::messages::{self as domain, NodeMessage as DomainNodeMessage};
 use reprobench_proto::auth::TOKEN_METADATA_KEY;
+use reprobench_proto::convert::messages::node_message as node_message_in;
 use reprobench_proto::v1::node_service_server::{NodeService, NodeServiceServer};
 use reprobench_proto::v1::run_service_server::{RunService, RunServiceServer};
 use reprobench_proto::v1::*;
@@ -16,8 +21,8 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
-use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
@@ -318,13 +323,50 @@ struct NodeApi {
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
+/// A refusal of the core or its machine as the gRPC status of the same name.
+impl From<Refused> for Status {
+    fn from(r: Refused) -> Status {
+        match r {
+            Refused::NotFound(m) => Status::not_found(m),
+            Refused::InvalidArgument(m) => Status::invalid_argument(m),
+            Refused::FailedPrecondition(m) => Status::failed_precondition(m),
+            Refused::AlreadyExists(m) => Status::already_exists(m),
+            Refused::PermissionDenied(m) => Status::permission_denied(m),
+            Refused::Unavailable(m) => Status::unavailable(m),
+            Refused::ResourceExhausted(m) => Status::resource_exhausted(m),
+        }
+    }
+}
+
 async fn ask<T>(
     core: &CoreHandle,
     make: impl FnOnce(oneshot::Sender<T>) -> Command,
 ) -> Result<T, Status> {
     let (tx, rx) = oneshot::channel();
     core.send(make(tx))?;
-    rx.await.map_err(|_| core.stopped())
+    rx.await.map_err(|_| core.stopped().into())
+}
+
+/// The core's stream of domain values as the wire's stream; a refusal ends it as a status.
+fn wire_stream<D, W>(rx: mpsc::Receiver<Result<D, Refused>>) -> BoxStream<W>
+where
+    D: Send + 'static,
+    W: From<D> + Send + 'static,
+{
+    Box::pin(ReceiverStream::new(rx).map(|item| item.map(W::from).map_err(Status::from)))
+}
+
+/// A registration as the core takes it: the node speaks this coordinator's protocol, and
+/// offers only kinds this build knows.
+fn registration(req: RegisterRequest) -> Result<domain::Registration, Status> {
+    let version = reprobench_proto::PROTOCOL_VERSION;
+    if req.protocol_version != version {
+        return Err(Status::failed_precondition(format!(
+            "node `{}` speaks protocol v{} but this coordinator speaks v{version}; run the same reprobench release on the coordinator and its nodes",
+            req.node_id, req.protocol_version
+        )));
+    }
+    domain::Registration::try_from(req).map_err(Status::invalid_argument)
 }
 
 #[tonic::async_trait]
@@ -338,9 +380,9 @@ impl NodeService for NodeApi {
         if let Some(refusal) = caller.node_refusal(&req.node_id) {
             return Err(Status::permission_denied(refusal));
         }
-        ask(&self.core, |reply| Command::Register { req, reply })
-            .await?
-            .map(Response::new)
+        let req = registration(req)?;
+        let registered = ask(&self.core, |reply| Command::Register { req, reply }).await??;
+        Ok(Response::new(registered.into()))
     }
 
     type WorkStream = BoxStream<CoordinatorMessage>;
@@ -351,8 +393,12 @@ impl NodeService for NodeApi {
     ) -> Result<Response<Self::WorkStream>, Status> {
         let caller = principal(&req)?;
         let mut inbound = req.into_inner();
-        let first = inbound.message().await?.and_then(|m| m.body);
-        let Some(node_message::Body::Hello(hello)) = first else {
+        let first = inbound
+            .message()
+            .await?
+            .and_then(|m| m.body)
+            .and_then(node_message_in);
+        let Some(DomainNodeMessage::Hello(hello)) = first else {
             return Err(Status::invalid_argument(
                 "the first message on a Work stream must be Hello",
             ));
@@ -382,7 +428,9 @@ impl NodeService for NodeApi {
                     tracing::warn!(node = %node_id, credential = %caller.id, "credential revoked: closing the node's stream");
                     break;
                 }
-                if let Some(body) = msg.body
+                // A message this build cannot read (a credit of a kind it does not know) is
+                // dropped: no slot of that kind was registered.
+                if let Some(body) = msg.body.and_then(node_message_in)
                     && core
                         .send(Command::FromNode {
                             node_id: node_id.clone(),
@@ -396,7 +444,7 @@ impl NodeService for NodeApi {
             }
             let _ = core.send(Command::Disconnect { node_id, conn });
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(wire_stream(rx)))
     }
 }
 
@@ -421,10 +469,9 @@ impl RunService for RunApi {
         req: Request<SubmitRunRequest>,
     ) -> Result<Response<SubmitRunResponse>, Status> {
         let owner = run_caller(&req)?.id;
-        let req = req.into_inner();
-        ask(&self.core, |reply| Command::Submit { req, owner, reply })
-            .await?
-            .map(Response::new)
+        let req = req.into_inner().into();
+        let submitted = ask(&self.core, |reply| Command::Submit { req, owner, reply }).await??;
+        Ok(Response::new(submitted.into()))
     }
 
     type WatchRunStream = BoxStream<RunProgress>;
@@ -439,7 +486,7 @@ impl RunService for RunApi {
             run_id: req.into_inner().run_id,
             tx,
         })?;
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        Ok(Response::new(wire_stream(rx)))
     }
 
     async fn cancel_run(
@@ -462,9 +509,8 @@ impl RunService for RunApi {
         req: Request<ListRunsRequest>,
     ) -> Result<Response<ListRunsResponse>, Status> {
         run_caller(&req)?;
-        Ok(Response::new(
-            ask(&self.core, |reply| Command::List { reply }).await?,
-        ))
+        let list = ask(&self.core, |reply| Command::List { reply }).await?;
+        Ok(Response::new(list.into()))
     }
 
     type ExportResultsStream = BoxStream<ResultRow>;

@@ -62,8 +62,8 @@ pub fn simulate(cfg: &SimConfig) -> SimReport {
     let longest = durations.iter().copied().fold(0.0, f64::max);
     let lower_bound_ms = (durations.iter().sum::<f64>() / total_slots).max(longest);
 
-    let kind = "synthetic";
-    let kinds = [kind.to_string()];
+    let kind = reprobench_domain::registry::ExecutorKind::Synthetic;
+    let kinds = [kind];
     let mut sched = Scheduler::new(cfg.policy);
     let mut in_sched = Duration::ZERO;
     let mut timed = |f: &mut dyn FnMut()| {

@@ -5,9 +5,9 @@
 //! with `--data`) open it read-only; WAL lets them read while the coordinator writes.
 
 use crate::review::{self, HumanVerdict, Refusal, Review, ReviewState};
+use reprobench_domain::messages::{RunState, RunSummary};
 use reprobench_domain::results::ResultRow;
 use reprobench_domain::time::rfc3339_ms;
-use reprobench_proto::v1::RunSummary;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use std::path::{Path, PathBuf};
 
@@ -799,7 +799,7 @@ impl Store {
                 let mut s = RunSummary {
                     run_id: run.run_id.clone(),
                     name: run.name,
-                    state: run.state,
+                    state: RunState::parse(&run.state).unwrap_or_default(),
                     tasks: run.tasks,
                     created_at_ms: run.created_at_ms,
                     finished_at_ms: run.finished_at_ms.unwrap_or(0),

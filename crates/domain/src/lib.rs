@@ -7,6 +7,7 @@ pub mod dataset_kind;
 pub mod grading;
 pub mod ids;
 pub mod kind;
+pub mod messages;
 pub mod outcome;
 pub mod registry;
 pub mod results;

@@ -1,7 +1,8 @@
 //! Domain types to and from the wire, the one place both meet: the results schema's rows (the
 //! store reads and writes `reprobench_domain::results::ResultRow`; the coordinator's server
-//! converts them on the way out, clients on the way in) and executors' outcomes and attempt
-//! references (`reprobench_domain::outcome`; the node's runtime converts them).
+//! converts them on the way out, clients on the way in), executors' outcomes and attempt
+//! references (`reprobench_domain::outcome`; the node's runtime converts them), and the
+//! coordinator's messages ([`messages`]; its server converts them).
 
 use crate::v1::{self, ResultRow as WireRow};
 use reprobench_domain::outcome;
@@ -29,6 +30,8 @@ macro_rules! shared_fields {
         ])
     };
 }
+
+pub mod messages;
 
 impl From<ResultRow> for WireRow {
     fn from(r: ResultRow) -> WireRow {
