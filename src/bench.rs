@@ -5,8 +5,9 @@
 //! slice, and `--all` for the whole of it). The benchmarks of one crate's code live in that
 //! crate (`reprobench_analysis::bench`, `reprobench_swt::bench`,
 //! `reprobench_android::ltgdroid::bench`, `reprobench_gateway::bench`; `bench tools` in
-//! `bench_tools`): here are their arguments and printing, and the benchmarks of the whole
-//! harness, which drive `reprobench` itself.
+//! `bench_tools`; the docker engine's disk, evictions and floor are
+//! `reprobench_sandbox::docker::usage`'s): here are their arguments and printing, and the
+//! benchmarks of the whole harness, which drive `reprobench` itself.
 
 use crate::local::LocalCluster;
 use anyhow::{Context, Result};
@@ -17,6 +18,9 @@ use reprobench_coordinator::sim::{SimConfig, simulate};
 use reprobench_domain::kind::SlotSpec;
 use reprobench_domain::synthetic::SyntheticDataset;
 use reprobench_proto::v1::{ListRunsRequest, SubmitRunRequest, WatchRunRequest};
+use reprobench_sandbox::docker::usage::{
+    engine_floor_ms, image_bytes, images_evicted_since, now_unix,
+};
 use std::time::{Duration, Instant};
 
 /// Options of the scheduler benchmark.
@@ -845,59 +849,6 @@ pub(crate) fn dir_bytes(p: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// Bytes of the docker executor's images (python, env and instance layers).
-/// reprobench's env and instance images untagged since `since` (Unix seconds): what the image
-/// budget evicted.
-fn images_evicted_since(since: u64) -> Vec<String> {
-    let out = std::process::Command::new("docker")
-        .args([
-            "events",
-            "--since",
-            &since.to_string(),
-            "--until",
-            &now_unix().to_string(),
-        ])
-        .args(["--filter", "type=image", "--filter", "event=untag"])
-        .args(["--format", "{{.Actor.Attributes.name}}"])
-        .output();
-    out.map(|o| {
-        String::from_utf8_lossy(&o.stdout)
-            .lines()
-            .filter(|n| n.starts_with("reprobench/env:") || n.starts_with("reprobench/instance:"))
-            .map(str::to_string)
-            .collect()
-    })
-    .unwrap_or_default()
-}
-
-fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// Disk the engine's images use, each layer counted once (`docker system df`), in bytes.
-/// The Docker engine's own floor for one container on this machine: the median wall time (ms)
-/// of `docker run --rm --network none IMAGE true`, `n` times, the CLI's start included; `None`
-/// when docker cannot run it.
-fn engine_floor_ms(image: &str, n: usize) -> Option<f64> {
-    let mut walls = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = std::time::Instant::now();
-        let status = std::process::Command::new("docker")
-            .args(["run", "--rm", "--network", "none", image, "true"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .ok()?;
-        if !status.success() {
-            return None;
-        }
-        walls.push(t.elapsed().as_secs_f64() * 1e3);
-    }
-    Some(median(walls))
-}
-
 /// The engine's floor, measured now, and the harness's median overhead per execution as a
 /// multiple of it (docker only; nulls otherwise).
 fn engine_floor_json(executor: &str, overhead_ms_median: f64) -> serde_json::Value {
@@ -908,35 +859,6 @@ fn engine_floor_json(executor: &str, overhead_ms_median: f64) -> serde_json::Val
         "engine_floor_ms_median": floor,
         "overhead_over_engine_floor": floor.map(|f| overhead_ms_median / f),
     })
-}
-
-fn image_bytes() -> u64 {
-    let out = std::process::Command::new("docker")
-        .args(["system", "df", "--format", "{{.Type}}\t{{.Size}}"])
-        .output();
-    out.ok()
-        .and_then(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .find_map(|l| l.strip_prefix("Images\t").and_then(human_bytes))
-        })
-        .unwrap_or(0)
-}
-
-/// Docker's human sizes (`815.4MB`, `1.2GB`, `0B`: powers of 1000) in bytes.
-fn human_bytes(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
-    let (number, unit) = s.split_at(split);
-    let factor: f64 = match unit {
-        "B" => 1.0,
-        "kB" | "KB" => 1e3,
-        "MB" => 1e6,
-        "GB" => 1e9,
-        "TB" => 1e12,
-        _ => return None,
-    };
-    Some((number.parse::<f64>().ok()? * factor).round() as u64)
 }
 
 /// `bench slice --all`'s options from the command line.
@@ -1104,7 +1026,9 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     let tarballs: Vec<std::path::PathBuf> = chosen.iter().map(|r| r.tarball.clone()).collect();
     let wanted_repos: Vec<String> = chosen.iter().map(|r| r.name.clone()).collect();
     // Progress goes to stderr: stdout carries the benchmark's (JSON) result.
-    crate::datasets::import_mirrors(&tarballs, &root.join("repos"), |l| eprintln!("{l}"))?;
+    reprobench_sandbox::mirrors::import_mirrors(&tarballs, &root.join("repos"), |l| {
+        eprintln!("{l}")
+    })?;
     let rows_text: String = chosen
         .iter()
         .flat_map(|r| &r.rows)
@@ -1234,15 +1158,6 @@ fn finish_slice(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn docker_human_sizes_read_as_bytes() {
-        assert_eq!(human_bytes("815.4MB"), Some(815_400_000));
-        assert_eq!(human_bytes("1.2GB"), Some(1_200_000_000));
-        assert_eq!(human_bytes("0B"), Some(0));
-        assert_eq!(human_bytes("12kB"), Some(12_000));
-        assert_eq!(human_bytes("many"), None);
-    }
 
     #[test]
     fn official_agreement_compares_only_instances_with_an_official_verdict() {

@@ -2,6 +2,7 @@
 //! and `reprobench datasets list|show|validate|prepare|fetch`.
 
 use anyhow::{Context, Result, bail};
+use reprobench_android::github::{self, GITHUB_API_DEFAULT, GITHUB_API_ENV};
 use reprobench_coordinator::sweep::{Attachments, dataset_key, predictions_key};
 use reprobench_domain::dataset_kind::{DatasetKind, classify, resolve};
 use reprobench_domain::sweep::SweepSpec;
@@ -482,72 +483,6 @@ pub async fn fetch(name: &str, datasets_dir: &Path, repos: &Path) -> Result<()> 
     Ok(())
 }
 
-/// Environment variable that overrides the GitHub API base (a mirror, or a test's server).
-pub const GITHUB_API_ENV: &str = "REPROBENCH_GITHUB_API";
-
-/// The GitHub REST API base used when `REPROBENCH_GITHUB_API` is not set.
-pub const GITHUB_API_DEFAULT: &str = "https://api.github.com";
-
-/// One report to fetch: a row's issue and comments addresses and the file to write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ReportJob {
-    instance_id: String,
-    issue_api: String,
-    comments_api: String,
-    apk: String,
-    file: PathBuf,
-}
-
-/// Which rows need fetching, which are there already, and which cannot be fetched.
-#[derive(Debug, Default)]
-struct ReportPlan {
-    jobs: Vec<ReportJob>,
-    present: usize,
-    failed: Vec<(String, String)>,
-}
-
-/// An address made for `api.github.com`, under another API base.
-fn at_api_base(api_url: &str, base: &str) -> String {
-    match api_url.strip_prefix(GITHUB_API_DEFAULT) {
-        Some(rest) => format!("{}{rest}", base.trim_end_matches('/')),
-        None => api_url.to_string(),
-    }
-}
-
-/// Plans a report fetch (pure apart from `exists`): rows whose file exists are skipped (so a
-/// fetch resumes), rows without a GitHub issue address fail with the reason.
-fn plan_reports(
-    instances: &[reprobench_domain::android::AndroidInstance],
-    reports_dir: &Path,
-    base: &str,
-    exists: impl Fn(&Path) -> bool,
-) -> ReportPlan {
-    use reprobench_domain::android::{github_api_url, github_comments_api_url, report_file_name};
-    let mut plan = ReportPlan::default();
-    for inst in instances {
-        let file = reports_dir.join(report_file_name(&inst.report_id));
-        if exists(&file) {
-            plan.present += 1;
-            continue;
-        }
-        let url = inst.issue_url.as_deref().unwrap_or_default();
-        match (github_api_url(url), github_comments_api_url(url)) {
-            (Some(issue), Some(comments)) => plan.jobs.push(ReportJob {
-                instance_id: inst.instance_id.clone(),
-                issue_api: at_api_base(&issue, base),
-                comments_api: at_api_base(&comments, base),
-                apk: inst.apk.clone().unwrap_or_default(),
-                file,
-            }),
-            _ => plan.failed.push((
-                inst.instance_id.clone(),
-                format!("issue_url `{url}` is not a GitHub issue address; fix the row"),
-            )),
-        }
-    }
-    plan
-}
-
 /// Stops with a clear message when the API base cannot be reached (offline machine).
 fn check_github_reachable(base: &str, reports_dir: &Path) -> Result<()> {
     let url = reqwest::Url::parse(base)
@@ -563,53 +498,6 @@ fn check_github_reachable(base: &str, reports_dir: &Path) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// GETs a GitHub API address; the JSON body even on an error status (GitHub explains itself).
-async fn github_get(client: &reqwest::Client, url: &str) -> Result<serde_json::Value, String> {
-    let mut req = client
-        .get(url)
-        .header(reqwest::header::ACCEPT, "application/vnd.github+json");
-    if let Ok(token) = std::env::var("GITHUB_TOKEN")
-        && !token.trim().is_empty()
-    {
-        req = req.bearer_auth(token.trim());
-    }
-    let failed = |e: reqwest::Error| {
-        let mut msg = format!("GET {url}: {e}");
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            msg.push_str(&format!(": {s}"));
-            source = s.source();
-        }
-        msg
-    };
-    let resp = req.send().await.map_err(failed)?;
-    let status = resp.status();
-    let body = resp.bytes().await.map_err(failed)?;
-    match serde_json::from_slice::<serde_json::Value>(&body) {
-        Ok(v) => Ok(v),
-        Err(_) => Err(format!("GET {url}: HTTP {status}, not a JSON answer")),
-    }
-}
-
-/// Fetches one row's issue and comments and writes its report file.
-async fn fetch_report(client: &reqwest::Client, job: &ReportJob) -> Result<(), String> {
-    let issue = github_get(client, &job.issue_api).await?;
-    // An error answer for the issue makes the comments pointless; say what GitHub said.
-    let comments = if issue.get("title").is_some() {
-        github_get(client, &job.comments_api).await?
-    } else {
-        serde_json::Value::Array(vec![])
-    };
-    let report = reprobench_domain::android::report_from_github_issue(&issue, &comments, &job.apk)
-        .map_err(|e| e.to_string())?;
-    let text = serde_json::to_string_pretty(&report).expect("a report serializes");
-    // Write beside and rename, so an interrupted fetch never leaves half a file behind.
-    let tmp = job.file.with_extension("json.part");
-    std::fs::write(&tmp, text + "\n")
-        .and_then(|()| std::fs::rename(&tmp, &job.file))
-        .map_err(|e| format!("cannot write {}: {e}", job.file.display()))
 }
 
 /// `datasets fetch` for an android dataset: each row's GitHub issue and comments become
@@ -631,7 +519,7 @@ async fn fetch_android_reports(name: &str, datasets_dir: &Path) -> Result<()> {
         .ok()
         .filter(|b| !b.trim().is_empty())
         .unwrap_or_else(|| GITHUB_API_DEFAULT.to_string());
-    let mut plan = plan_reports(&ds.instances, &reports_dir, &base, Path::exists);
+    let mut plan = github::plan_reports(&ds.instances, &reports_dir, &base, Path::exists);
     for e in ds.errors.iter() {
         plan.failed.push((
             e.instance_id.clone().unwrap_or_else(|| e.location.clone()),
@@ -659,7 +547,7 @@ async fn fetch_android_reports(name: &str, datasets_dir: &Path) -> Result<()> {
         bar.set_prefix("reports");
         for job in &plan.jobs {
             bar.set_message(job.instance_id.clone());
-            match fetch_report(&client, job).await {
+            match github::fetch_report(&client, job).await {
                 Ok(()) => fetched += 1,
                 Err(e) => {
                     bar.suspend(|| eprintln!("failed {}: {e}", job.instance_id));
@@ -689,158 +577,4 @@ async fn fetch_android_reports(name: &str, datasets_dir: &Path) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// `datasets import`: unpacks bare-repository tarballs (`OWNER__NAME.git.tar.gz`) into `repos`,
-/// telling `say` one line per tarball.
-pub fn import_mirrors(paths: &[PathBuf], repos: &Path, say: impl Fn(&str)) -> Result<()> {
-    let mut tarballs = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("cannot read {}", p.display()))?
-                .flatten()
-                .map(|e| e.path())
-                .filter(|f| f.to_string_lossy().ends_with(".git.tar.gz"))
-                .collect();
-            found.sort();
-            if found.is_empty() {
-                bail!("{}: no OWNER__NAME.git.tar.gz in it", p.display());
-            }
-            tarballs.extend(found);
-        } else if p.to_string_lossy().ends_with(".git.tar.gz") {
-            tarballs.push(p.clone());
-        } else {
-            bail!(
-                "{}: not a mirror tarball; give OWNER__NAME.git.tar.gz files (a bare repository each) or a directory of them",
-                p.display()
-            );
-        }
-    }
-    std::fs::create_dir_all(repos).with_context(|| format!("cannot create {}", repos.display()))?;
-    for t in &tarballs {
-        let file = t
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        let name = file.trim_end_matches(".tar.gz").to_string();
-        let dest = repos.join(&name);
-        if dest.join("HEAD").is_file() {
-            say(&format!("{name}: already in {}", repos.display()));
-            say_substitutes(&dest, &name, &say)?;
-            continue;
-        }
-        let tmp = tempfile::Builder::new()
-            .prefix(".import-")
-            .tempdir_in(repos)
-            .with_context(|| format!("cannot create a directory in {}", repos.display()))?;
-        let status = std::process::Command::new("tar")
-            .arg("-xzf")
-            .arg(t)
-            .arg("-C")
-            .arg(tmp.path())
-            .status()
-            .context("cannot run tar")?;
-        if !status.success() {
-            bail!("{}: tar could not unpack it ({status})", t.display());
-        }
-        let unpacked = tmp.path().join(&name);
-        let bare = std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(&unpacked)
-            .args(["rev-parse", "--is-bare-repository"])
-            .output()
-            .context("cannot run git")?;
-        if String::from_utf8_lossy(&bare.stdout).trim() != "true" {
-            bail!(
-                "{}: it does not hold a bare repository named {name}; make it with `tar -czf {file} {name}` from the directory above the mirror",
-                t.display()
-            );
-        }
-        std::fs::rename(&unpacked, &dest)
-            .with_context(|| format!("cannot move the mirror to {}", dest.display()))?;
-        let commits = std::process::Command::new("git")
-            .arg("--git-dir")
-            .arg(&dest)
-            .args(["rev-list", "--all", "--count"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .unwrap_or_default();
-        say(&format!(
-            "{name}: imported into {} ({commits} commits)",
-            repos.display()
-        ));
-        say_substitutes(&dest, &name, &say)?;
-    }
-    Ok(())
-}
-
-/// Puts a mirror's substitute tags in place of the blobs it lacks (git replace refs) and says
-/// which; see [`reprobench_sandbox::tree::replace_from_substitute_tags`].
-fn say_substitutes(mirror: &Path, name: &str, say: &impl Fn(&str)) -> Result<()> {
-    let subs = reprobench_sandbox::tree::replace_from_substitute_tags(mirror)
-        .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
-    for s in subs {
-        say(&format!(
-            "{name}: blob {} is not in the mirror; its substitute subst/{} ({}) stands in for it (refs/replace)",
-            &s.blob[..12.min(s.blob.len())],
-            s.tag,
-            &s.substitute[..12.min(s.substitute.len())]
-        ));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod fetch_tests {
-    use super::*;
-    use reprobench_domain::android::{AndroidInstance, BugType};
-
-    fn row(id: &str, url: &str) -> AndroidInstance {
-        AndroidInstance {
-            instance_id: id.into(),
-            paper_id: None,
-            report_id: id.replace('-', "#"),
-            app: "App".into(),
-            bug_type: BugType::Crash,
-            ground_truth_actions: None,
-            issue_url: Some(url.into()),
-            apk: Some("App.apk".into()),
-            report: None,
-        }
-    }
-
-    #[test]
-    fn plan_skips_present_files_and_reports_bad_rows() {
-        let rows = [
-            row("App-1", "https://github.com/o/App/issues/1"),
-            row("App-2", "https://github.com/o/App/issues/2"),
-            row("App-3", "https://example.com/o/App/issues/3"),
-        ];
-        let dir = Path::new("/r");
-        let plan = plan_reports(&rows, dir, "http://127.0.0.1:9/", |p| {
-            p.ends_with("App#1.json")
-        });
-        assert_eq!(plan.present, 1);
-        assert_eq!(plan.jobs.len(), 1);
-        assert_eq!(
-            plan.jobs[0].issue_api,
-            "http://127.0.0.1:9/repos/o/App/issues/2"
-        );
-        assert_eq!(
-            plan.jobs[0].comments_api,
-            "http://127.0.0.1:9/repos/o/App/issues/2/comments?per_page=100"
-        );
-        assert_eq!(plan.jobs[0].file, Path::new("/r/App#2.json"));
-        assert_eq!(plan.failed.len(), 1);
-        assert_eq!(plan.failed[0].0, "App-3");
-        assert_eq!(
-            at_api_base(
-                "https://api.github.com/repos/a/b/issues/1",
-                GITHUB_API_DEFAULT
-            ),
-            "https://api.github.com/repos/a/b/issues/1"
-        );
-    }
 }

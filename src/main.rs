@@ -929,7 +929,7 @@ async fn datasets_command(a: DatasetsArgs) -> Result<std::process::ExitCode> {
         }
         DatasetsCommand::Prepare { name, repos: r } => datasets::prepare(&name, &dir, &repos(r))?,
         DatasetsCommand::Import { paths, repos: r } => {
-            datasets::import_mirrors(&paths, &repos(r), |l| println!("{l}"))?
+            reprobench_sandbox::mirrors::import_mirrors(&paths, &repos(r), |l| println!("{l}"))?
         }
         DatasetsCommand::Fetch { name, repos: r } => {
             datasets::fetch(&name, &dir, &repos(r)).await?

@@ -350,7 +350,13 @@ pub fn run(o: &AllOptions) -> Result<()> {
         o.nodes,
         o.work.display()
     ));
-    let mut walls = Walls::load(&o.work);
+    let mut step = Step {
+        o,
+        official: &official,
+        predictions_text: &predictions_text,
+        walls: Walls::load(&o.work),
+        say: &say,
+    };
     let mut table = Vec::new();
     let mut done = 0usize;
     for (k, repo) in repos.iter().enumerate() {
@@ -361,160 +367,10 @@ pub fn run(o: &AllOptions) -> Result<()> {
             repo.name,
             repo.rows.len()
         ));
-        crate::datasets::import_mirrors(
-            std::slice::from_ref(&repo.tarball),
-            &o.work.join("repos"),
-            |l| say(l.to_string()),
-        )?;
-        let rows = o.work.join(format!("rows-{}.jsonl", repo.short));
-        std::fs::write(
-            &rows,
-            repo.rows
-                .iter()
-                .map(|l| format!("{l}\n"))
-                .collect::<String>(),
-        )?;
-        let cache = format!("cache/{}", repo.short);
-        let walls_key = format!("{}{}", repo.short, subset_tag(&o.instance_ids));
-        let mut row = json!({"repo": repo.name, "instances": repo.rows.len()});
-        let gold_data = format!("data/{}/gold", repo.short);
-        let mut gold = walls.timed(&o.work, &format!("{walls_key}/gold"), || {
-            eval(o, &rows, "gold", &gold_data, &cache, &[])
-        })?;
-        if let Ok(g) = &gold
-            && errored_before(g)
-        {
-            say(format!(
-                "{}: {} instances had ended in an error in the run this one resumed; running gold again (the cause may be fixed now)",
-                repo.name, g["errors"]
-            ));
-            gold = walls.timed(&o.work, &format!("{walls_key}/gold"), || {
-                eval(o, &rows, "gold", &gold_data, &cache, &["--new"])
-            })?;
+        let row = step.repository(repo)?;
+        if row.get("error").is_none() {
+            say(format!("{}: {}", repo.name, table_line(&row)));
         }
-        let gold = match gold {
-            Ok(g) => g,
-            Err(e) => {
-                say(format!("{}: {e:#}", repo.name));
-                row["error"] = format!("{e:#}").into();
-                table.push(row);
-                done += repo.rows.len();
-                continue;
-            }
-        };
-        let gold_reports = reports(&gold);
-        // Gold again, each time in a data directory of its own: the prediction's executions
-        // (the golden test patch, before and after the fix) run anew every time.
-        let mut repeats = vec![gold_reports.clone()];
-        for n in 2..=o.repeat_gold.max(1) {
-            let r = walls.timed(&o.work, &format!("{walls_key}/gold-repeat"), || {
-                eval(
-                    o,
-                    &rows,
-                    "gold",
-                    &format!("data/{}/gold-repeat-{n}", repo.short),
-                    &cache,
-                    &[],
-                )
-            })?;
-            repeats.push(reports(&r?));
-        }
-        let flaky = flaky_instances(&repeats);
-        // AssertFlip's predictions for this repository, under the rules of their time.
-        let ids: BTreeSet<String> = gold_reports.keys().cloned().collect();
-        let preds: String = predictions_text
-            .lines()
-            .filter(|l| {
-                serde_json::from_str::<Value>(l)
-                    .is_ok_and(|p| p["instance_id"].as_str().is_some_and(|i| ids.contains(i)))
-            })
-            .map(|l| format!("{l}\n"))
-            .collect();
-        let mut pred_reports = BTreeMap::new();
-        if !preds.is_empty() {
-            let file = o.work.join(format!("predictions-{}.jsonl", repo.short));
-            std::fs::write(&file, preds)?;
-            let preds_data = format!("data/{}/predictions", repo.short);
-            let run_predictions = |extra: &[&str]| {
-                let mut args = vec!["--rules", "swt-bench-2024"];
-                args.extend_from_slice(extra);
-                eval(
-                    o,
-                    &rows,
-                    &file.display().to_string(),
-                    &preds_data,
-                    &cache,
-                    &args,
-                )
-            };
-            let mut r = walls.timed(&o.work, &format!("{walls_key}/predictions"), || {
-                run_predictions(&[])
-            })?;
-            if r.as_ref().is_ok_and(errored_before) {
-                r = walls.timed(&o.work, &format!("{walls_key}/predictions"), || {
-                    run_predictions(&["--new"])
-                })?;
-            }
-            match r {
-                Ok(r) => {
-                    // With gold and base cached: how much of the slots' time the tests ran,
-                    // where the rest went, and how many executions a prediction cost.
-                    let figures = crate::bench::execution_figures(&r);
-                    let wall = walls
-                        .0
-                        .get(&format!("{walls_key}/predictions"))
-                        .copied()
-                        .unwrap_or(0.0);
-                    row["predictions_efficiency"] =
-                        figures.efficiency(wall, o.nodes as usize).into();
-                    row["predictions_phases"] = figures.phases_json();
-                    pred_reports = reports(&r);
-                    row["predictions_executions_per_instance"] =
-                        (figures.run as f64 / pred_reports.len().max(1) as f64).into();
-                }
-                Err(e) => {
-                    say(format!("{} predictions: {e:#}", repo.name));
-                    row["predictions_error"] = format!("{e:#}").into();
-                }
-            }
-        }
-        let versions: BTreeMap<String, Value> = repo
-            .rows
-            .iter()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter_map(|r| Some((r["instance_id"].as_str()?.to_string(), r["version"].clone())))
-            .collect();
-        let mut records = instance_records(&gold_reports, &pred_reports, &official, &repeats);
-        for r in &mut records {
-            let id = r["instance_id"].as_str().unwrap_or_default().to_string();
-            r["version"] = versions.get(&id).cloned().unwrap_or(Value::Null);
-            r["executor"] = o.executor.clone().into();
-            r["coverage"] = (!o.eval_args.iter().any(|a| a == "--no-coverage")).into();
-        }
-        if let Some(dir) = &o.record {
-            std::fs::create_dir_all(dir)?;
-            let file = dir.join(format!("slice-{}.jsonl", repo.short));
-            let earlier = std::fs::read_to_string(&file).unwrap_or_default();
-            std::fs::write(&file, merged_records(&earlier, &records))?;
-        }
-        let figures = repo_figures(&records, &gold_reports);
-        row.as_object_mut()
-            .expect("object")
-            .extend(figures.as_object().cloned().unwrap_or_default());
-        row["flaky"] = json!(flaky);
-        row["wall_s"] = walls
-            .0
-            .iter()
-            .filter(|(k, _)| k.starts_with(&format!("{walls_key}/")))
-            .map(|(_, v)| *v)
-            .sum::<f64>()
-            .into();
-        row["disk_bytes"] = if o.executor == "process" {
-            crate::bench::dir_bytes(&o.work.join(&cache)).into()
-        } else {
-            Value::Null
-        };
-        say(format!("{}: {}", repo.name, table_line(&row)));
         table.push(row);
         done += repo.rows.len();
     }
@@ -533,6 +389,210 @@ pub fn run(o: &AllOptions) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
     }
     Ok(())
+}
+
+/// What every repository's step shares: the options, the official verdicts, AssertFlip's (or
+/// the given) predictions, the steps' wall times and where progress goes.
+struct Step<'a> {
+    o: &'a AllOptions,
+    official: &'a BTreeMap<String, bool>,
+    predictions_text: &'a str,
+    walls: Walls,
+    say: &'a dyn Fn(String),
+}
+
+/// One repository's files in the work directory and its steps' keys.
+struct RepoFiles {
+    rows: PathBuf,
+    cache: String,
+    walls_key: String,
+}
+
+impl Step<'_> {
+    /// One repository: gold (and its repeats), the predictions, the records and the table row.
+    /// A failed evaluation is the row's `error`, said at once; the others go on.
+    fn repository(&mut self, repo: &Repo) -> Result<Value> {
+        let o = self.o;
+        reprobench_sandbox::mirrors::import_mirrors(
+            std::slice::from_ref(&repo.tarball),
+            &o.work.join("repos"),
+            |l| (self.say)(l.to_string()),
+        )?;
+        let rows = o.work.join(format!("rows-{}.jsonl", repo.short));
+        std::fs::write(
+            &rows,
+            repo.rows
+                .iter()
+                .map(|l| format!("{l}\n"))
+                .collect::<String>(),
+        )?;
+        let files = RepoFiles {
+            rows,
+            cache: format!("cache/{}", repo.short),
+            walls_key: format!("{}{}", repo.short, subset_tag(&o.instance_ids)),
+        };
+        let mut row = json!({"repo": repo.name, "instances": repo.rows.len()});
+        let repeats = match self.gold(repo, &files)? {
+            Ok(repeats) => repeats,
+            Err(e) => {
+                (self.say)(format!("{}: {e:#}", repo.name));
+                row["error"] = format!("{e:#}").into();
+                return Ok(row);
+            }
+        };
+        let gold_reports = repeats[0].clone();
+        let flaky = flaky_instances(&repeats);
+        let pred_reports = self.predictions(repo, &files, &gold_reports, &mut row)?;
+        let versions: BTreeMap<String, Value> = repo
+            .rows
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|r| Some((r["instance_id"].as_str()?.to_string(), r["version"].clone())))
+            .collect();
+        let mut records = instance_records(&gold_reports, &pred_reports, self.official, &repeats);
+        for r in &mut records {
+            let id = r["instance_id"].as_str().unwrap_or_default().to_string();
+            r["version"] = versions.get(&id).cloned().unwrap_or(Value::Null);
+            r["executor"] = o.executor.clone().into();
+            r["coverage"] = (!o.eval_args.iter().any(|a| a == "--no-coverage")).into();
+        }
+        if let Some(dir) = &o.record {
+            std::fs::create_dir_all(dir)?;
+            let file = dir.join(format!("slice-{}.jsonl", repo.short));
+            let earlier = std::fs::read_to_string(&file).unwrap_or_default();
+            std::fs::write(&file, merged_records(&earlier, &records))?;
+        }
+        let figures = repo_figures(&records, &gold_reports);
+        row.as_object_mut()
+            .expect("object")
+            .extend(figures.as_object().cloned().unwrap_or_default());
+        row["flaky"] = json!(flaky);
+        row["wall_s"] = self
+            .walls
+            .0
+            .iter()
+            .filter(|(k, _)| k.starts_with(&format!("{}/", files.walls_key)))
+            .map(|(_, v)| *v)
+            .sum::<f64>()
+            .into();
+        row["disk_bytes"] = if o.executor == "process" {
+            crate::bench::dir_bytes(&o.work.join(&files.cache)).into()
+        } else {
+            Value::Null
+        };
+        Ok(row)
+    }
+
+    /// Gold, then its repeats, each in a data directory of its own (the prediction's executions,
+    /// the golden test patch before and after the fix, run anew every time): the reports of each
+    /// round, the first being gold's. The inner error is gold's evaluation failing.
+    fn gold(&mut self, repo: &Repo, f: &RepoFiles) -> Result<Result<Vec<BTreeMap<String, Value>>>> {
+        let (o, say) = (self.o, self.say);
+        let gold_data = format!("data/{}/gold", repo.short);
+        let key = format!("{}/gold", f.walls_key);
+        let mut gold = self.walls.timed(&o.work, &key, || {
+            eval(o, &f.rows, "gold", &gold_data, &f.cache, &[])
+        })?;
+        if let Ok(g) = &gold
+            && errored_before(g)
+        {
+            say(format!(
+                "{}: {} instances had ended in an error in the run this one resumed; running gold again (the cause may be fixed now)",
+                repo.name, g["errors"]
+            ));
+            gold = self.walls.timed(&o.work, &key, || {
+                eval(o, &f.rows, "gold", &gold_data, &f.cache, &["--new"])
+            })?;
+        }
+        let gold = match gold {
+            Ok(g) => g,
+            Err(e) => return Ok(Err(e)),
+        };
+        let mut repeats = vec![reports(&gold)];
+        for n in 2..=o.repeat_gold.max(1) {
+            let r = self
+                .walls
+                .timed(&o.work, &format!("{}/gold-repeat", f.walls_key), || {
+                    eval(
+                        o,
+                        &f.rows,
+                        "gold",
+                        &format!("data/{}/gold-repeat-{n}", repo.short),
+                        &f.cache,
+                        &[],
+                    )
+                })?;
+            repeats.push(reports(&r?));
+        }
+        Ok(Ok(repeats))
+    }
+
+    /// The predictions for this repository's instances, under the rules of their time, with
+    /// gold and base cached: their reports, and in `row` how much of the slots' time the tests
+    /// ran, where the rest went, and how many executions a prediction cost (or why they failed).
+    fn predictions(
+        &mut self,
+        repo: &Repo,
+        f: &RepoFiles,
+        gold_reports: &BTreeMap<String, Value>,
+        row: &mut Value,
+    ) -> Result<BTreeMap<String, Value>> {
+        let o = self.o;
+        let preds: String = self
+            .predictions_text
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<Value>(l).is_ok_and(|p| {
+                    p["instance_id"]
+                        .as_str()
+                        .is_some_and(|i| gold_reports.contains_key(i))
+                })
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        if preds.is_empty() {
+            return Ok(BTreeMap::new());
+        }
+        let file = o.work.join(format!("predictions-{}.jsonl", repo.short));
+        std::fs::write(&file, preds)?;
+        let preds_data = format!("data/{}/predictions", repo.short);
+        let run_predictions = |extra: &[&str]| {
+            let mut args = vec!["--rules", "swt-bench-2024"];
+            args.extend_from_slice(extra);
+            eval(
+                o,
+                &f.rows,
+                &file.display().to_string(),
+                &preds_data,
+                &f.cache,
+                &args,
+            )
+        };
+        let key = format!("{}/predictions", f.walls_key);
+        let mut r = self.walls.timed(&o.work, &key, || run_predictions(&[]))?;
+        if r.as_ref().is_ok_and(errored_before) {
+            r = self
+                .walls
+                .timed(&o.work, &key, || run_predictions(&["--new"]))?;
+        }
+        match r {
+            Ok(r) => {
+                let figures = crate::bench::execution_figures(&r);
+                let wall = self.walls.0.get(&key).copied().unwrap_or(0.0);
+                row["predictions_efficiency"] = figures.efficiency(wall, o.nodes as usize).into();
+                row["predictions_phases"] = figures.phases_json();
+                let pred_reports = reports(&r);
+                row["predictions_executions_per_instance"] =
+                    (figures.run as f64 / pred_reports.len().max(1) as f64).into();
+                Ok(pred_reports)
+            }
+            Err(e) => {
+                (self.say)(format!("{} predictions: {e:#}", repo.name));
+                row["predictions_error"] = format!("{e:#}").into();
+                Ok(BTreeMap::new())
+            }
+        }
+    }
 }
 
 /// Instances whose verdict changed between the gold repetitions.

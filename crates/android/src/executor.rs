@@ -163,92 +163,19 @@ async fn attempt(
             }
         }
         _ => {
-            // A hard stop a little after the time budget (the meter and the gateway stop at it).
-            let hard_stop = budget.mul_f64(1.1) + Duration::from_secs(30);
-            let replicas: Vec<SimDevice> = (1..setup.replicas).map(|_| device.replica()).collect();
-            let mut devices: Vec<&dyn Device> = vec![&device];
-            devices.extend(replicas.iter().map(|d| d as &dyn Device));
-            let bug_type = match report.kind {
-                BugKind::Crash => BugType::Crash,
-                BugKind::NonCrash => BugType::NonCrash,
+            let play = LlmPlay {
+                setup: &setup,
+                payload: &payload,
+                report,
+                ds: &ds,
+                device: &device,
+                package: &package,
+                artifact_dir: &artifact_dir,
             };
-            let android_report = report.android_report();
-            let work = llm_agents::run(
-                setup.gateway.as_ref(),
-                &payload,
-                &android_report,
-                bug_type,
-                &devices,
-                &package,
-                &artifact_dir,
-            );
-            let (agent_run, usage) = match tokio::time::timeout(hard_stop, work).await {
-                Ok(Ok(p)) => p,
-                Ok(Err((class, what, msg))) => return error(class, what, msg),
-                Err(_) => {
-                    return error(
-                        FailureClass::Infra,
-                        "agent_timeout",
-                        format!("the agent ran past its {} min budget", payload.max_minutes),
-                    );
-                }
-            };
-            let u = &usage;
-            outcome.llm_calls = u.calls;
-            outcome.tokens_in = u.tokens_in;
-            outcome.tokens_out = u.tokens_out;
-            outcome.tokens_cached = u.tokens_cached;
-            outcome.cost_usd = u.cost_usd;
-            let run = match agent_run {
-                Ok(run) => run,
-                Err(failed) => {
-                    // The calls made before the failure are charged to the attempt all the same.
-                    let (class, error_class, m) = match failed {
-                        // The prompt outgrew the model: an agent failure, final.
-                        AgentError::ContextLength(m) => (
-                            FailureClass::Agent,
-                            reprobench_gateway::llm::CONTEXT_LENGTH_CLASS,
-                            m,
-                        ),
-                        AgentError::Llm(m) => (FailureClass::Infra, "llm_error", m),
-                        AgentError::Device(e) => (FailureClass::Infra, "device", e.to_string()),
-                    };
-                    let mut end = error(class, error_class, m);
-                    if let AttemptEnd::Finished(o) = &mut end {
-                        o.llm_calls = outcome.llm_calls;
-                        o.tokens_in = outcome.tokens_in;
-                        o.tokens_out = outcome.tokens_out;
-                        o.cost_usd = outcome.cost_usd;
-                    }
-                    return end;
-                }
-            };
-            let _ = std::fs::write(
-                artifact_dir.join(format!("{}.json", payload.agent)),
-                serde_json::to_vec_pretty(&run.log).unwrap_or_default(),
-            );
-            // Graded by replaying the offered trace from app start on a fresh device.
-            let reproduced = match ds.device_for(&payload.instance_id, SimLatency::ZERO) {
-                Some((fresh, _)) => match replay(&fresh, &package, &run.trace).await {
-                    Ok((screen, crash)) => {
-                        details["crash"] = serde_json::json!(crash);
-                        report.reproduced(&screen, crash.as_ref())
-                    }
-                    Err(e) => {
-                        details["replay_error"] = e.to_string().into();
-                        false
-                    }
-                },
-                None => false,
-            };
-            details["claimed"] = run.claimed.into();
-            details["exhausted"] = serde_json::json!(run.exhausted);
-            details["replay"] = setup.gateway.as_ref().is_some_and(|g| g.is_replay()).into();
-            // As the papers count it: the agent claimed a reproduction within its budget, and
-            // the replay confirms it.
-            details["replay_reproduces"] = reproduced.into();
-            let success = counts_as_reproduced(reproduced, &run);
-            (success, run.trace, run.actions_executed)
+            match play.run(budget, &mut outcome, &mut details).await {
+                Ok(played) => played,
+                Err(end) => return end,
+            }
         }
     };
     details["reproduced"] = reproduced.into();
@@ -274,6 +201,126 @@ async fn attempt(
         details_json: details.to_string(),
         ..outcome
     })
+}
+
+/// What an LLM agent's attempt on the simulator plays with.
+struct LlmPlay<'a> {
+    setup: &'a SimExecutor,
+    payload: &'a AndroidPayload,
+    report: &'a SimReport,
+    ds: &'a Dataset,
+    device: &'a SimDevice,
+    package: &'a str,
+    artifact_dir: &'a std::path::Path,
+}
+
+impl LlmPlay<'_> {
+    /// Runs the agent within `budget` (and a hard stop a little after it) on the device and its
+    /// replicas, metering its calls into `outcome`, then grades its trace by replaying it from
+    /// app start on a fresh device: whether it reproduced, its trace, the actions it executed.
+    /// An agent that failed ends the attempt (its calls still charged).
+    async fn run(
+        &self,
+        budget: Duration,
+        outcome: &mut Outcome,
+        details: &mut serde_json::Value,
+    ) -> Result<(bool, Vec<super::device::Action>, usize), AttemptEnd> {
+        let LlmPlay {
+            setup,
+            payload,
+            report,
+            ds,
+            device,
+            package,
+            artifact_dir,
+        } = *self;
+        // A hard stop a little after the time budget (the meter and the gateway stop at it).
+        let hard_stop = budget.mul_f64(1.1) + Duration::from_secs(30);
+        let replicas: Vec<SimDevice> = (1..setup.replicas).map(|_| device.replica()).collect();
+        let mut devices: Vec<&dyn Device> = vec![device];
+        devices.extend(replicas.iter().map(|d| d as &dyn Device));
+        let bug_type = match report.kind {
+            BugKind::Crash => BugType::Crash,
+            BugKind::NonCrash => BugType::NonCrash,
+        };
+        let android_report = report.android_report();
+        let work = llm_agents::run(
+            setup.gateway.as_ref(),
+            payload,
+            &android_report,
+            bug_type,
+            &devices,
+            package,
+            artifact_dir,
+        );
+        let (agent_run, usage) = match tokio::time::timeout(hard_stop, work).await {
+            Ok(Ok(p)) => p,
+            Ok(Err((class, what, msg))) => return Err(error(class, what, msg)),
+            Err(_) => {
+                return Err(error(
+                    FailureClass::Infra,
+                    "agent_timeout",
+                    format!("the agent ran past its {} min budget", payload.max_minutes),
+                ));
+            }
+        };
+        let u = &usage;
+        outcome.llm_calls = u.calls;
+        outcome.tokens_in = u.tokens_in;
+        outcome.tokens_out = u.tokens_out;
+        outcome.tokens_cached = u.tokens_cached;
+        outcome.cost_usd = u.cost_usd;
+        let run = match agent_run {
+            Ok(run) => run,
+            Err(failed) => {
+                // The calls made before the failure are charged to the attempt all the same.
+                let (class, error_class, m) = match failed {
+                    // The prompt outgrew the model: an agent failure, final.
+                    AgentError::ContextLength(m) => (
+                        FailureClass::Agent,
+                        reprobench_gateway::llm::CONTEXT_LENGTH_CLASS,
+                        m,
+                    ),
+                    AgentError::Llm(m) => (FailureClass::Infra, "llm_error", m),
+                    AgentError::Device(e) => (FailureClass::Infra, "device", e.to_string()),
+                };
+                let mut end = error(class, error_class, m);
+                if let AttemptEnd::Finished(o) = &mut end {
+                    o.llm_calls = outcome.llm_calls;
+                    o.tokens_in = outcome.tokens_in;
+                    o.tokens_out = outcome.tokens_out;
+                    o.cost_usd = outcome.cost_usd;
+                }
+                return Err(end);
+            }
+        };
+        let _ = std::fs::write(
+            artifact_dir.join(format!("{}.json", payload.agent)),
+            serde_json::to_vec_pretty(&run.log).unwrap_or_default(),
+        );
+        // Graded by replaying the offered trace from app start on a fresh device.
+        let reproduced = match ds.device_for(&payload.instance_id, SimLatency::ZERO) {
+            Some((fresh, _)) => match replay(&fresh, package, &run.trace).await {
+                Ok((screen, crash)) => {
+                    details["crash"] = serde_json::json!(crash);
+                    report.reproduced(&screen, crash.as_ref())
+                }
+                Err(e) => {
+                    details["replay_error"] = e.to_string().into();
+                    false
+                }
+            },
+            None => false,
+        };
+        details["claimed"] = run.claimed.into();
+        details["exhausted"] = serde_json::json!(run.exhausted);
+        details["replay"] = setup.gateway.as_ref().is_some_and(|g| g.is_replay()).into();
+        // As the papers count it: the agent claimed a reproduction within its budget, and
+        // the replay confirms it.
+        details["replay_reproduces"] = reproduced.into();
+        let success = counts_as_reproduced(reproduced, &run);
+        Ok((success, run.trace, run.actions_executed))
+    }
 }
 
 /// The sim suite the payload names: `android-sim` (the node's), or a suite given by an absolute

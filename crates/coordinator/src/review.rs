@@ -140,6 +140,52 @@ pub fn check_submit(reviews: &[Review], reviewer: &str) -> Result<(), Refusal> {
     }
 }
 
+/// Counts of a queue per state, and the verdicts review changed.
+#[derive(Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QueueCounts {
+    /// Items in the queue.
+    pub items: usize,
+    /// Fewer than two reviews.
+    pub pending: usize,
+    /// Two reviewers agree.
+    pub agreed: usize,
+    /// Two reviewers disagree.
+    pub tie: usize,
+    /// A third reviewer decided.
+    pub decided: usize,
+    /// Final verdicts that differ from the automatic ones.
+    pub changed: usize,
+    /// Of those, automatic not reproduced → reviewed reproduced.
+    pub changed_to_reproduced: usize,
+    /// Of those, automatic reproduced → reviewed not reproduced.
+    pub changed_to_not_reproduced: usize,
+}
+
+/// Counts the items of a queue per state and the changed verdicts.
+pub fn count(items: &[crate::store::ReviewItem]) -> QueueCounts {
+    let mut c = QueueCounts {
+        items: items.len(),
+        ..Default::default()
+    };
+    for i in items {
+        match i.state {
+            ReviewState::Pending => c.pending += 1,
+            ReviewState::Agreed => c.agreed += 1,
+            ReviewState::Tie => c.tie += 1,
+            ReviewState::Decided => c.decided += 1,
+        }
+        if i.changed() {
+            c.changed += 1;
+            if i.auto_success {
+                c.changed_to_not_reproduced += 1;
+            } else {
+                c.changed_to_reproduced += 1;
+            }
+        }
+    }
+    c
+}
+
 #[cfg(test)]
 mod tests {
     use super::HumanVerdict::{NotReproduced as N, Reproduced as R};
@@ -209,5 +255,50 @@ mod tests {
         assert_eq!(HumanVerdict::parse("maybe"), None);
         assert_eq!(N.as_str(), "not_reproduced");
         assert!(R.success() && !N.success());
+    }
+
+    fn item(auto: bool, state: ReviewState, fin: Option<HumanVerdict>) -> crate::store::ReviewItem {
+        crate::store::ReviewItem {
+            task_id: 1,
+            instance_id: "i".into(),
+            agent: "a".into(),
+            variant: "full".into(),
+            backbone: "none".into(),
+            repeat: 0,
+            auto_success: auto,
+            auto_verdict: String::new(),
+            success: auto,
+            verdict: String::new(),
+            artifact_path: String::new(),
+            state,
+            final_verdict: fin,
+            reviews: vec![],
+        }
+    }
+
+    #[test]
+    fn counts_states_and_changes() {
+        use HumanVerdict::*;
+        let items = [
+            item(false, ReviewState::Pending, None),
+            item(false, ReviewState::Agreed, Some(Reproduced)),
+            item(true, ReviewState::Decided, Some(NotReproduced)),
+            item(true, ReviewState::Agreed, Some(Reproduced)),
+            item(true, ReviewState::Tie, None),
+        ];
+        let c = count(&items);
+        assert_eq!(
+            c,
+            QueueCounts {
+                items: 5,
+                pending: 1,
+                agreed: 2,
+                tie: 1,
+                decided: 1,
+                changed: 2,
+                changed_to_reproduced: 1,
+                changed_to_not_reproduced: 1,
+            }
+        );
     }
 }

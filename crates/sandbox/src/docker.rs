@@ -36,6 +36,7 @@ use tracing::{debug, info, warn};
 mod bootstrap;
 mod build;
 mod run;
+pub mod usage;
 
 pub use bootstrap::{BootstrapOptions, bootstrap_base_image};
 

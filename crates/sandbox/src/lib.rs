@@ -16,6 +16,7 @@ use std::time::Duration;
 
 pub mod docker;
 pub mod locales;
+pub mod mirrors;
 pub mod process;
 pub(crate) mod python;
 pub mod resolve;

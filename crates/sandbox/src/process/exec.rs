@@ -678,39 +678,30 @@ fn stage_tree(
         .map_err(|e| infra("writing the stage script", e))?;
     let script_path = input_dir.join("stage.sh");
 
-    let mut cmd;
-    let mut args_fd = None;
-    match &ctx.isolation {
-        Isolation::Bwrap(bwrap) => {
-            let mut args = system_args();
-            args.extend([
-                "--bind".into(),
-                work.path("stage").display().to_string(),
-                STAGE_DIR.into(),
-                "--ro-bind".into(),
-                input.display().to_string(),
-                INPUT_DIR.into(),
-                "--tmpfs".into(),
-                "/tmp".into(),
-                "--chdir".into(),
-                STAGE_DIR.into(),
-            ]);
-            let fd = args_pipe(&args)?;
-            cmd = Command::new(bwrap);
-            cmd.args(["--args", "3", "--", "/bin/sh"]).arg(&script_path);
-            ChildSetup {
-                fd3: Some(fd.as_raw_fd()),
-                ..ChildSetup::unlimited()
-            }
-            .install(&mut cmd);
-            args_fd = Some(fd);
-        }
-        Isolation::Unisolated => {
-            cmd = Command::new("/bin/sh");
-            cmd.arg(&script_path).current_dir(&stage_dir);
-            ChildSetup::unlimited().install(&mut cmd);
-        }
-    }
+    let bwrap_args = || {
+        let mut args = system_args();
+        args.extend([
+            "--bind".into(),
+            work.path("stage").display().to_string(),
+            STAGE_DIR.into(),
+            "--ro-bind".into(),
+            input.display().to_string(),
+            INPUT_DIR.into(),
+            "--tmpfs".into(),
+            "/tmp".into(),
+            "--chdir".into(),
+            STAGE_DIR.into(),
+        ]);
+        args
+    };
+    let argv = ["/bin/sh".to_string(), script_path.display().to_string()];
+    let (mut cmd, args_fd) = isolated(
+        &ctx.isolation,
+        bwrap_args,
+        &argv,
+        &stage_dir,
+        ChildSetup::unlimited(),
+    )?;
     cmd.env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
         .env("HOME", "/tmp")
@@ -809,23 +800,7 @@ fn run_command(
     clock: &mut PhaseClock,
 ) -> Result<ExecOutput, SandboxError> {
     let disk_mb = req.limits.disk_mb.max(1);
-    // Where the tree and the support files are for the command: the checkout's own path inside
-    // the sandbox (editable installs point there) and a tmpfs; directories of the work directory
-    // when unisolated.
-    let (repo, support) = match ctx.isolation {
-        Isolation::Bwrap(_) => (ctx.template.clone(), PathBuf::from(SUPPORT_DIR)),
-        Isolation::Unisolated => {
-            let (tree, support) = (work.path("tree"), work.path("support"));
-            std::fs::create_dir(&tree).map_err(|e| infra("creating the tree", e))?;
-            for d in [&tree, &support, &work.path("scratch")] {
-                if let Some(uid) = uid {
-                    std::os::unix::fs::chown(d, Some(uid), Some(uid))
-                        .map_err(|e| infra("handing the tree to the execution's user", e))?;
-                }
-            }
-            (tree, support)
-        }
-    };
+    let (repo, support) = command_dirs(ctx, work, uid)?;
     // The archive of the sealed stage, made on the host, streamed into the sandbox.
     let mut archive = Command::new("tar");
     archive
@@ -838,55 +813,8 @@ fn run_command(
     let tree_stream = archiver.stdout.take().expect("piped");
     let support_fd = fed_pipe(support_archive(&req.support)?)?;
 
-    let (reports_reader, reports_writer) =
-        std::io::pipe().map_err(|e| infra("creating the report pipe", e))?;
-    let reports_fd: OwnedFd = reports_reader.into();
-    // SAFETY: a valid fd we own; non-blocking so the wait loop can poll it.
-    unsafe {
-        let flags = libc::fcntl(reports_fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(
-            reports_fd.as_raw_fd(),
-            libc::F_SETFL,
-            flags | libc::O_NONBLOCK,
-        );
-    }
-    let reports_writer: OwnedFd = reports_writer.into();
-
-    let venv = &ctx.venv;
-    let mut env: Vec<(String, String)> = vec![
-        (
-            "PATH".into(),
-            format!("{}/bin:/usr/local/bin:/usr/bin:/bin", venv.display()),
-        ),
-        ("VIRTUAL_ENV".into(), venv.display().to_string()),
-        ("HOME".into(), "/tmp".into()),
-        ("TMPDIR".into(), "/tmp".into()),
-        ("LANG".into(), "C.UTF-8".into()),
-        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
-        (SUPPORT_ENV.into(), support.display().to_string()),
-    ];
-    if matches!(ctx.isolation, Isolation::Unisolated) {
-        let scratch = work.path("scratch").display().to_string();
-        env.push(("HOME".into(), scratch.clone()));
-        env.push(("TMPDIR".into(), scratch));
-    }
-    env.extend(read_env_file(&venv.join(ENV_FILE)));
-    // The tree's copy of every editable-install root first on PYTHONPATH, so imports resolve to
-    // the tree the patches went into.
-    for (k, v) in read_env_file(&ctx.template.join(EXEC_ENV_FILE)) {
-        if k == "REPROBENCH_EDITABLE" {
-            if !v.is_empty() {
-                let paths: Vec<String> = v
-                    .split(':')
-                    .map(|r| repo.join(r).display().to_string())
-                    .collect();
-                env.push(("PYTHONPATH".into(), paths.join(":")));
-            }
-        } else {
-            env.push((k, v));
-        }
-    }
-    env.extend(req.env.iter().cloned());
+    let (reports_fd, reports_writer) = report_pipe()?;
+    let env = command_env(ctx, work, req, &repo, &support);
 
     let mut argv = vec![
         "/bin/sh".to_string(),
@@ -906,54 +834,36 @@ fn run_command(
         fd4: Some(reports_writer.as_raw_fd()),
         fd5: Some(support_fd.as_raw_fd()),
     };
-    let mut cmd;
-    let mut args_fd = None;
-    match &ctx.isolation {
-        Isolation::Bwrap(bwrap) => {
-            let mut args = system_args();
-            // Private scratch first: the environment may sit under /tmp or /var/tmp itself.
-            args.extend(sized_tmpfs("/tmp", disk_mb));
-            args.extend(sized_tmpfs("/var/tmp", disk_mb));
-            args.extend(sized_tmpfs("/dev/shm", disk_mb));
-            for d in environment_dirs(venv) {
-                let d = d.display().to_string();
-                args.extend(["--ro-bind".into(), d.clone(), d]);
-            }
-            let repo_s = repo.display().to_string();
-            args.extend(sized_tmpfs(&repo_s, disk_mb));
-            args.extend(sized_tmpfs(SUPPORT_DIR, disk_mb));
-            // One identity inside, whatever uid the execution has outside.
-            args.extend(
-                [
-                    "--uid",
-                    COMMAND_UID,
-                    "--gid",
-                    COMMAND_UID,
-                    "--hostname",
-                    "reprobench",
-                    "--chdir",
-                ]
-                .map(String::from),
-            );
-            args.push(repo_s);
-            let fd = args_pipe(&args)?;
-            // The options through a pipe, the command (the same for every execution of a
-            // request) on the command line, as bubblewrap wants it.
-            cmd = Command::new(bwrap);
-            cmd.args(["--args", "3", "--"]).args(&argv);
-            ChildSetup {
-                fd3: Some(fd.as_raw_fd()),
-                ..setup
-            }
-            .install(&mut cmd);
-            args_fd = Some(fd);
+    let bwrap_args = || {
+        let mut args = system_args();
+        // Private scratch first: the environment may sit under /tmp or /var/tmp itself.
+        args.extend(sized_tmpfs("/tmp", disk_mb));
+        args.extend(sized_tmpfs("/var/tmp", disk_mb));
+        args.extend(sized_tmpfs("/dev/shm", disk_mb));
+        for d in environment_dirs(&ctx.venv) {
+            let d = d.display().to_string();
+            args.extend(["--ro-bind".into(), d.clone(), d]);
         }
-        Isolation::Unisolated => {
-            cmd = Command::new(&argv[0]);
-            cmd.args(&argv[1..]).current_dir(&repo);
-            setup.install(&mut cmd);
-        }
-    }
+        let repo_s = repo.display().to_string();
+        args.extend(sized_tmpfs(&repo_s, disk_mb));
+        args.extend(sized_tmpfs(SUPPORT_DIR, disk_mb));
+        // One identity inside, whatever uid the execution has outside.
+        args.extend(
+            [
+                "--uid",
+                COMMAND_UID,
+                "--gid",
+                COMMAND_UID,
+                "--hostname",
+                "reprobench",
+                "--chdir",
+            ]
+            .map(String::from),
+        );
+        args.push(repo_s);
+        args
+    };
+    let (mut cmd, args_fd) = isolated(&ctx.isolation, bwrap_args, &argv, &repo, setup)?;
     cmd.env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::from(tree_stream));
@@ -984,26 +894,7 @@ fn run_command(
     reports.poll();
     let archived = archiver.wait_with_output();
     let Some(command_start) = reports.ready_at else {
-        let archive_error = archived
-            .ok()
-            .filter(|o| !o.status.success())
-            .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())
-            .unwrap_or_default();
-        let said = String::from_utf8_lossy(&bytes).trim().to_string();
-        if status.and_then(|s| s.code()) == Some(UNPACK_FAILED) {
-            return Err(SandboxError::BadInput(format!(
-                "could not unpack the tree into the execution's tmpfs of limits.disk_mb = {disk_mb} MiB: raise limits.disk_mb. It said: {said}"
-            )));
-        }
-        return Err(SandboxError::Infra(format!(
-            "the execution's sandbox did not start ({}): {said}{}",
-            status.map_or("killed".to_string(), |s| s.to_string()),
-            if archive_error.is_empty() {
-                String::new()
-            } else {
-                format!("; archiving the tree: {archive_error}")
-            }
-        )));
+        return Err(did_not_start(status, &bytes, archived, disk_mb));
     };
     // The sandbox's start and the tree's unpacking, the command, then collecting its ends.
     clock.lap_at("unpack", command_start);
@@ -1028,6 +919,152 @@ fn run_command(
         overhead: Duration::ZERO,
         phases: Vec::new(),
     })
+}
+
+/// The command's environment: the venv's, the support directory's, the environment's files (the
+/// tree's copy of every editable-install root first on `PYTHONPATH`, so imports resolve to the
+/// tree the patches went into), then the request's.
+fn command_env(
+    ctx: &Context,
+    work: &WorkDir,
+    req: &ExecRequest,
+    repo: &Path,
+    support: &Path,
+) -> Vec<(String, String)> {
+    let venv = &ctx.venv;
+    let mut env: Vec<(String, String)> = vec![
+        (
+            "PATH".into(),
+            format!("{}/bin:/usr/local/bin:/usr/bin:/bin", venv.display()),
+        ),
+        ("VIRTUAL_ENV".into(), venv.display().to_string()),
+        ("HOME".into(), "/tmp".into()),
+        ("TMPDIR".into(), "/tmp".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("PYTHONDONTWRITEBYTECODE".into(), "1".into()),
+        (SUPPORT_ENV.into(), support.display().to_string()),
+    ];
+    if matches!(ctx.isolation, Isolation::Unisolated) {
+        let scratch = work.path("scratch").display().to_string();
+        env.push(("HOME".into(), scratch.clone()));
+        env.push(("TMPDIR".into(), scratch));
+    }
+    env.extend(read_env_file(&venv.join(ENV_FILE)));
+    for (k, v) in read_env_file(&ctx.template.join(EXEC_ENV_FILE)) {
+        if k == "REPROBENCH_EDITABLE" {
+            if !v.is_empty() {
+                let paths: Vec<String> = v
+                    .split(':')
+                    .map(|r| repo.join(r).display().to_string())
+                    .collect();
+                env.push(("PYTHONPATH".into(), paths.join(":")));
+            }
+        } else {
+            env.push((k, v));
+        }
+    }
+    env.extend(req.env.iter().cloned());
+    env
+}
+
+/// `argv` in the execution's isolation: under bubblewrap with the options `bwrap_args` gives
+/// (through a pipe, which the caller holds until the child has started and then drops; the
+/// command on the command line, as bubblewrap wants it), or as it is, in `dir`, when unisolated.
+/// `setup` is applied in the child.
+fn isolated(
+    isolation: &Isolation,
+    bwrap_args: impl FnOnce() -> Vec<String>,
+    argv: &[String],
+    dir: &Path,
+    setup: ChildSetup,
+) -> Result<(Command, Option<OwnedFd>), SandboxError> {
+    match isolation {
+        Isolation::Bwrap(bwrap) => {
+            let fd = args_pipe(&bwrap_args())?;
+            let mut cmd = Command::new(bwrap);
+            cmd.args(["--args", "3", "--"]).args(argv);
+            ChildSetup {
+                fd3: Some(fd.as_raw_fd()),
+                ..setup
+            }
+            .install(&mut cmd);
+            Ok((cmd, Some(fd)))
+        }
+        Isolation::Unisolated => {
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..]).current_dir(dir);
+            setup.install(&mut cmd);
+            Ok((cmd, None))
+        }
+    }
+}
+
+/// Where the tree and the support files are for the command: the checkout's own path inside the
+/// sandbox (editable installs point there) and a tmpfs; directories of the work directory, handed
+/// to the execution's user, when unisolated.
+fn command_dirs(
+    ctx: &Context,
+    work: &WorkDir,
+    uid: Option<u32>,
+) -> Result<(PathBuf, PathBuf), SandboxError> {
+    match ctx.isolation {
+        Isolation::Bwrap(_) => Ok((ctx.template.clone(), PathBuf::from(SUPPORT_DIR))),
+        Isolation::Unisolated => {
+            let (tree, support) = (work.path("tree"), work.path("support"));
+            std::fs::create_dir(&tree).map_err(|e| infra("creating the tree", e))?;
+            for d in [&tree, &support, &work.path("scratch")] {
+                if let Some(uid) = uid {
+                    std::os::unix::fs::chown(d, Some(uid), Some(uid))
+                        .map_err(|e| infra("handing the tree to the execution's user", e))?;
+                }
+            }
+            Ok((tree, support))
+        }
+    }
+}
+
+/// The pipe the sandbox's init reports on (the command's start, collected files): its reading
+/// end, non-blocking so the wait loop can poll it, and its writing end for the child.
+fn report_pipe() -> Result<(OwnedFd, OwnedFd), SandboxError> {
+    let (reader, writer) = std::io::pipe().map_err(|e| infra("creating the report pipe", e))?;
+    let reader: OwnedFd = reader.into();
+    // SAFETY: a valid fd we own; only its status flags change.
+    unsafe {
+        let flags = libc::fcntl(reader.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(reader.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+    Ok((reader, writer.into()))
+}
+
+/// Why an execution whose command never started failed: its tree did not fit the tmpfs (the
+/// input's fault, with the limit to raise), or the sandbox did not start (with what it and the
+/// archiver said).
+fn did_not_start(
+    status: Option<std::process::ExitStatus>,
+    output: &[u8],
+    archived: std::io::Result<std::process::Output>,
+    disk_mb: u64,
+) -> SandboxError {
+    let archive_error = archived
+        .ok()
+        .filter(|o| !o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())
+        .unwrap_or_default();
+    let said = String::from_utf8_lossy(output).trim().to_string();
+    if status.and_then(|s| s.code()) == Some(UNPACK_FAILED) {
+        return SandboxError::BadInput(format!(
+            "could not unpack the tree into the execution's tmpfs of limits.disk_mb = {disk_mb} MiB: raise limits.disk_mb. It said: {said}"
+        ));
+    }
+    SandboxError::Infra(format!(
+        "the execution's sandbox did not start ({}): {said}{}",
+        status.map_or("killed".to_string(), |s| s.to_string()),
+        if archive_error.is_empty() {
+            String::new()
+        } else {
+            format!("; archiving the tree: {archive_error}")
+        }
+    ))
 }
 
 /// Whether bubblewrap at `bwrap` can give an execution its sandbox here (as the uid executions

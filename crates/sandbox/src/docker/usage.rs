@@ -1,0 +1,108 @@
+//! What the docker sandbox costs the engine, as `bench slice` and `bench eval` report it: disk
+//! its images use, the images its budget evicted during a run, and the engine's own floor for
+//! one container. Read through the docker CLI (`system df`, `events`, `run`), as a user would
+//! check them; each gives nothing (0, empty, `None`) where the CLI cannot answer.
+
+use std::process::{Command, Stdio};
+
+/// Disk the engine's images use, each layer counted once (`docker system df`), in bytes.
+pub fn image_bytes() -> u64 {
+    let out = Command::new("docker")
+        .args(["system", "df", "--format", "{{.Type}}\t{{.Size}}"])
+        .output();
+    out.ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("Images\t").and_then(human_bytes))
+        })
+        .unwrap_or(0)
+}
+
+/// Docker's human sizes (`815.4MB`, `1.2GB`, `0B`: powers of 1000) in bytes.
+pub fn human_bytes(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
+    let (number, unit) = s.split_at(split);
+    let factor: f64 = match unit {
+        "B" => 1.0,
+        "kB" | "KB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        "TB" => 1e12,
+        _ => return None,
+    };
+    Some((number.parse::<f64>().ok()? * factor).round() as u64)
+}
+
+/// reprobench's env and instance images untagged from `since` (Unix seconds) until now: what the
+/// image budget evicted.
+pub fn images_evicted_since(since: u64) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "events",
+            "--since",
+            &since.to_string(),
+            "--until",
+            &now_unix().to_string(),
+        ])
+        .args(["--filter", "type=image", "--filter", "event=untag"])
+        .args(["--format", "{{.Actor.Attributes.name}}"])
+        .output();
+    out.map(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|n| n.starts_with("reprobench/env:") || n.starts_with("reprobench/instance:"))
+            .map(str::to_string)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Seconds since the Unix epoch, as `docker events --since` takes them.
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The engine's own floor for one container on this machine: the median wall time (ms) of
+/// `docker run --rm --network none IMAGE true`, `n` times, the CLI's start included; `None`
+/// when docker cannot run it.
+pub fn engine_floor_ms(image: &str, n: usize) -> Option<f64> {
+    let mut walls = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = std::time::Instant::now();
+        let status = Command::new("docker")
+            .args(["run", "--rm", "--network", "none", image, "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok()?;
+        if !status.success() {
+            return None;
+        }
+        walls.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    walls.sort_by(f64::total_cmp);
+    let mid = walls.len() / 2;
+    match walls.len() {
+        0 => None,
+        len if len % 2 == 1 => Some(walls[mid]),
+        _ => Some((walls[mid - 1] + walls[mid]) / 2.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_human_sizes_read_as_bytes() {
+        assert_eq!(human_bytes("815.4MB"), Some(815_400_000));
+        assert_eq!(human_bytes("1.2GB"), Some(1_200_000_000));
+        assert_eq!(human_bytes("0B"), Some(0));
+        assert_eq!(human_bytes("12kB"), Some(12_000));
+        assert_eq!(human_bytes("many"), None);
+    }
+}
