@@ -585,6 +585,26 @@ mod tests {
         assert!(err.contains("element 1"), "{err}");
     }
 
+    /// A column added to `ResultRow` but not here would be left out of frames and CSV exports
+    /// silently; this makes it a failing test instead.
+    #[test]
+    fn the_columns_are_every_field_a_result_row_writes() {
+        let written = serde_json::to_value(ResultRow::default()).unwrap();
+        let mut fields: Vec<&str> = written
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut columns = COLUMNS.to_vec();
+        fields.sort_unstable();
+        columns.sort_unstable();
+        assert_eq!(fields, columns);
+        let df = to_frame(&[ResultRow::default()]).unwrap();
+        let names: Vec<&str> = df.get_column_names().iter().map(|n| n.as_str()).collect();
+        assert_eq!(names, COLUMNS, "the frame has every column, in order");
+    }
+
     #[test]
     fn jsonl_and_parquet_round_trip_through_the_schema() {
         let rows: Vec<ResultRow> = (0..3)
