@@ -10,7 +10,10 @@ use reprobench_domain::messages::{
 };
 use reprobench_domain::outcome::AttemptRef;
 use reprobench_domain::registry::ExecutorKind;
-use v1::RunSummary as WireSummary;
+use v1::{
+    NodeProgress as WireProgress, RegisterResponse as WireRegistered, RunSummary as WireSummary,
+    SubmitRunRequest as WireSubmit, SubmitRunResponse as WireSubmitted,
+};
 
 /// A wire attempt reference; a missing one reads as task 0, which no coordinator has.
 fn attempt(a: Option<v1::AttemptRef>) -> AttemptRef {
@@ -76,17 +79,7 @@ impl TryFrom<v1::RegisterRequest> for Registration {
 
 impl From<Registered> for v1::RegisterResponse {
     fn from(r: Registered) -> v1::RegisterResponse {
-        let Registered {
-            node_id,
-            lease_ms,
-            heartbeat_ms,
-        } = r;
-        v1::RegisterResponse {
-            node_id,
-            protocol_version: crate::PROTOCOL_VERSION,
-            lease_ms,
-            heartbeat_ms,
-        }
+        move_fields!(r, Registered [] => WireRegistered [protocol_version: crate::PROTOCOL_VERSION], [node_id, lease_ms, heartbeat_ms])
     }
 }
 
@@ -208,33 +201,13 @@ impl From<CoordinatorMessage> for v1::CoordinatorMessage {
 
 impl From<v1::SubmitRunRequest> for SubmitRun {
     fn from(r: v1::SubmitRunRequest) -> SubmitRun {
-        let v1::SubmitRunRequest {
-            sweep_toml,
-            resume_existing,
-            attachments,
-            reuse_finished,
-        } = r;
-        SubmitRun {
-            sweep_toml,
-            resume_existing,
-            attachments,
-            reuse_finished,
-        }
+        move_fields!(r, WireSubmit [] => SubmitRun [], [sweep_toml, resume_existing, attachments, reuse_finished])
     }
 }
 
 impl From<Submitted> for v1::SubmitRunResponse {
     fn from(s: Submitted) -> v1::SubmitRunResponse {
-        let Submitted {
-            run_id,
-            tasks,
-            resumed,
-        } = s;
-        v1::SubmitRunResponse {
-            run_id,
-            tasks,
-            resumed,
-        }
+        move_fields!(s, Submitted [] => WireSubmitted [], [run_id, tasks, resumed])
     }
 }
 
@@ -278,41 +251,22 @@ impl From<v1::RunSummary> for RunSummary {
     }
 }
 
+/// The fields of a node's progress, the same on both sides.
+macro_rules! node_progress_fields {
+    ($mac:ident!($($head:tt)*)) => {
+        $mac!($($head)*, [node_id, live, running, finished, slots])
+    };
+}
+
 impl From<NodeProgress> for v1::NodeProgress {
     fn from(n: NodeProgress) -> v1::NodeProgress {
-        let NodeProgress {
-            node_id,
-            live,
-            running,
-            finished,
-            slots,
-        } = n;
-        v1::NodeProgress {
-            node_id,
-            live,
-            running,
-            finished,
-            slots,
-        }
+        node_progress_fields!(move_fields!(n, NodeProgress [] => WireProgress []))
     }
 }
 
 impl From<v1::NodeProgress> for NodeProgress {
     fn from(n: v1::NodeProgress) -> NodeProgress {
-        let v1::NodeProgress {
-            node_id,
-            live,
-            running,
-            finished,
-            slots,
-        } = n;
-        NodeProgress {
-            node_id,
-            live,
-            running,
-            finished,
-            slots,
-        }
+        node_progress_fields!(move_fields!(n, WireProgress [] => NodeProgress []))
     }
 }
 
