@@ -230,6 +230,9 @@ struct Inner {
     limit_warnings: run::LimitWarnings,
     /// Containers of finished executions being removed in the background.
     removals: run::Removals,
+    /// What each instance image's build showed of its departures (`build::notes_of`), by tag,
+    /// for [`Sandbox::prepared_notes`].
+    prepared_notes: Mutex<HashMap<String, Vec<String>>>,
 }
 
 impl DockerSandbox {
@@ -247,6 +250,7 @@ impl DockerSandbox {
                 evicting: tokio::sync::Mutex::default(),
                 limit_warnings: run::LimitWarnings::default(),
                 removals: run::Removals::default(),
+                prepared_notes: Mutex::default(),
             }),
         })
     }
@@ -290,6 +294,14 @@ impl Sandbox for DockerSandbox {
 
     fn identity(&self) -> String {
         format!("docker on {}", self.inner.cfg.base_image)
+    }
+
+    fn prepared_notes(&self, prepared: &Prepared) -> Vec<String> {
+        let Prepared::Image(tag) = prepared else {
+            return Vec::new();
+        };
+        let notes = crate::lock(&self.inner.prepared_notes);
+        notes.get(tag).cloned().unwrap_or_default()
     }
 
     fn prepare(&self, recipe: &EnvRecipe) -> BoxFuture<Result<Prepared, SandboxError>> {
@@ -349,14 +361,26 @@ impl Inner {
                 built = true;
             }
         }
-        {
+        let notes = {
             let lock = build_lock(&instance_tag);
             let _held = lock.lock().await;
-            if find_image(&self.docker, &instance_tag).await?.is_none() {
-                instance_layer.attach("repo.tar", archive_commit(&recipe).await?);
-                build::build(&self.docker, &instance_tag, instance_layer, &recipe).await?;
-                built = true;
+            match find_image(&self.docker, &instance_tag).await? {
+                Some(image) => build::notes_of(&image),
+                None => {
+                    instance_layer.attach("repo.tar", archive_commit(&recipe).await?);
+                    let retried =
+                        build::build(&self.docker, &instance_tag, instance_layer, &recipe).await?;
+                    built = true;
+                    let notes = build::dated_pip_notes(&recipe, &retried);
+                    if !notes.is_empty() {
+                        build::label_notes(&self.docker, &instance_tag, &notes, &recipe).await?;
+                    }
+                    notes
+                }
             }
+        };
+        if !notes.is_empty() {
+            crate::lock(&self.prepared_notes).insert(instance_tag.clone(), notes);
         }
         drop_idle_locks();
         self.touch(&[&env_tag, &instance_tag]);

@@ -117,6 +117,25 @@ pub(crate) const DATED_PIP: [&str; 3] = ["--force-reinstall", "--no-deps", "pip"
 /// [`PIP_DATE_CAP_VAR`], before the packages): its setuptools and wheel (a venv has no wheel, and
 /// pip's `--no-use-pep517` needs both).
 pub(crate) const DATED_BUILD_TOOLS: [&str; 3] = ["--upgrade", "setuptools", "wheel"];
+/// What pip says of a build backend without PEP 660's editable hook (pip 25.3 and later, which no
+/// longer fall back to `setup.py develop`).
+pub(crate) const NO_BUILD_EDITABLE: &str = "missing the 'build_editable' hook";
+
+/// The report's line for an environment whose install command `cmd` ran again with the pip of
+/// `date` (the date cap's), after the date cap's pip refused it for [`NO_BUILD_EDITABLE`].
+pub(crate) fn dated_pip_install_note(date: &str, cmd: &str) -> String {
+    let date = date.get(..10).unwrap_or(date);
+    format!(
+        "the install commands ran with the pip of {date}: the date cap's pip (26, the first with --uploaded-prior-to) refused `{cmd}` because the build backend the repository pins has no PEP 660 build_editable hook, and the pip of {date} falls back to `setup.py develop`, as SWT-bench's conda environment's pip did"
+    )
+}
+
+/// Whether a recipe's install commands go back to the pip of the date cap when the cap's pip
+/// refuses an editable install for [`NO_BUILD_EDITABLE`] (not when they use that pip from the
+/// start, [`EnvRecipe::dated_pip_for_install`]).
+pub(crate) fn retries_with_dated_pip(recipe: &EnvRecipe) -> bool {
+    recipe.packages_as_of.is_some() && !recipe.dated_pip_for_install
+}
 /// pip's environment variable for `--build-constraint` ([`EnvRecipe::build_constraints`]).
 pub(crate) const PIP_BUILD_CONSTRAINT_VAR: &str = "PIP_BUILD_CONSTRAINT";
 

@@ -2,8 +2,9 @@
 //! and telling a recipe's own failure (final) from the machinery's (retry elsewhere).
 
 use super::super::{
-    BUILD_TOOLS, DATED_BUILD_TOOLS, DATED_PIP, EnvRecipe, PIP_BUILD_CONSTRAINT_VAR,
-    PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, SandboxError,
+    BUILD_TOOLS, DATED_BUILD_TOOLS, DATED_PIP, EnvRecipe, NO_BUILD_EDITABLE,
+    PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, SandboxError,
+    dated_pip_install_note, retries_with_dated_pip,
 };
 use super::{KEY_LABEL, LAYER_LABEL, PARENT_LABEL, WORKDIR};
 use bollard::Docker;
@@ -52,6 +53,15 @@ impl Origin {
 /// Printed (on a line of its own) before each piece of a [`Layer::script`] step, so a failure can
 /// be traced to the piece.
 const PIECE_MARK: &str = "reprobench-piece:";
+
+/// Printed (on a line of its own) by an install piece that goes back to the pip of the date cap
+/// ([`with_dated_pip_retry`]), so the build can say so in the instance's reports.
+const DATED_PIP_MARK: &str = "reprobench-dated-pip";
+/// Where an install piece keeps its output until it knows whether to retry.
+const INSTALL_LOG: &str = "\"${TMPDIR:-/tmp}/reprobench-install.log\"";
+/// Label of an instance image whose build departed from the upstream environment in a way only
+/// building it showed: the reports' lines, as a JSON array of strings.
+const NOTES_LABEL: &str = "reprobench.prepared-notes";
 
 /// A layer to build: Dockerfile steps with their origin, context files, image labels.
 ///
@@ -444,11 +454,20 @@ pub(super) fn instance_layer(env_tag: &str, recipe: &EnvRecipe) -> Layer {
             sh_quote(c)
         )
     };
+    // As the process executor does: a command the date cap's pip refuses for a build backend
+    // without PEP 660's hook runs again with the pip of the cap's date.
+    let install_piece = |c: &str| {
+        if retries_with_dated_pip(recipe) {
+            with_dated_pip_retry(&in_repo(c))
+        } else {
+            in_repo(c)
+        }
+    };
     for (i, c) in recipe.pre_install.iter().enumerate() {
-        pieces.push((Origin::PreInstall(i), in_repo(c)));
+        pieces.push((Origin::PreInstall(i), install_piece(c)));
     }
     if !recipe.install.trim().is_empty() {
-        pieces.push((Origin::Install, in_repo(&recipe.install)));
+        pieces.push((Origin::Install, install_piece(&recipe.install)));
     }
     pieces.push((
         Origin::Harness("listing the repository's editable-install roots"),
@@ -467,13 +486,93 @@ pub(super) fn instance_layer(env_tag: &str, recipe: &EnvRecipe) -> Layer {
     l
 }
 
-/// Builds `layer` as `tag`, streaming the output to the debug log.
+/// `command` (a shell command line), run again after `pip install` of the pip of the date cap
+/// when its output says the date cap's pip refused an editable install for
+/// [`NO_BUILD_EDITABLE`]; the retry prints [`DATED_PIP_MARK`] first. Any other failure keeps
+/// its exit status.
+fn with_dated_pip_retry(command: &str) -> String {
+    let script = format!(
+        "set -o pipefail\n\
+         ( {command} ) 2>&1 | tee {INSTALL_LOG}\n\
+         status=$?\n\
+         if [ \"$status\" -eq 0 ]; then rm -f {INSTALL_LOG}; exit 0; fi\n\
+         grep -qF {needle} {INSTALL_LOG} || exit \"$status\"\n\
+         rm -f {INSTALL_LOG}\n\
+         printf '\\n%s\\n' {DATED_PIP_MARK}\n\
+         python -m pip install --no-cache-dir {dated} || exit $?\n\
+         {command}\n",
+        needle = sh_quote(NO_BUILD_EDITABLE),
+        dated = DATED_PIP.join(" "),
+    );
+    format!("/bin/bash -c {}", sh_quote(&script))
+}
+
+/// The reports' lines for the pieces of an instance layer that went back to the pip of the date
+/// cap ([`with_dated_pip_retry`]).
+pub(super) fn dated_pip_notes(recipe: &EnvRecipe, pieces: &[Origin]) -> Vec<String> {
+    let date = recipe.packages_as_of.as_deref().unwrap_or("the date cap");
+    pieces
+        .iter()
+        .filter_map(|p| match p {
+            Origin::PreInstall(i) => recipe.pre_install.get(*i),
+            Origin::Install => Some(&recipe.install),
+            _ => None,
+        })
+        .map(|cmd| dated_pip_install_note(date, cmd))
+        .collect()
+}
+
+/// The reports' lines an instance image carries ([`NOTES_LABEL`]; none when it has no label).
+pub(super) fn notes_of(image: &bollard::models::ImageInspect) -> Vec<String> {
+    image
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.as_ref())
+        .and_then(|l| l.get(NOTES_LABEL))
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// Puts `notes` on the image `tag` ([`NOTES_LABEL`]): a layer of one `LABEL` over it, tagged
+/// `tag` in its place, so a cached image still says what its build showed. When that fails the
+/// image is removed, so that no image without its notes stays cached.
+pub(super) async fn label_notes(
+    docker: &Docker,
+    tag: &str,
+    notes: &[String],
+    recipe: &EnvRecipe,
+) -> Result<(), SandboxError> {
+    let mut layer = Layer {
+        steps: vec![(
+            format!("FROM {tag}"),
+            Origin::Harness("starting from the instance image"),
+        )],
+        pieces: Vec::new(),
+        files: Vec::new(),
+        labels: BTreeMap::from([(
+            NOTES_LABEL.to_string(),
+            serde_json::to_string(notes).expect("strings serialize"),
+        )]),
+    };
+    layer.label();
+    let labelled = build(docker, tag, layer, recipe).await.map(drop);
+    if labelled.is_err() {
+        let options = RemoveImageOptionsBuilder::new().force(true).build();
+        if let Err(e) = docker.remove_image(tag, Some(options), None).await {
+            debug!(image = %tag, error = %e, "cannot remove an image left without its notes");
+        }
+    }
+    labelled
+}
+
+/// Builds `layer` as `tag`, streaming the output to the debug log. Returns the script pieces
+/// that went back to the pip of the date cap ([`with_dated_pip_retry`]).
 pub(super) async fn build(
     docker: &Docker,
     tag: &str,
     layer: Layer,
     recipe: &EnvRecipe,
-) -> Result<(), SandboxError> {
+) -> Result<Vec<Origin>, SandboxError> {
     let started = Instant::now();
     let context = layer.context()?;
     info!(image = %tag, repo = %recipe.repo, context_kb = context.len() >> 10, "building image");
@@ -509,7 +608,8 @@ pub(super) async fn build(
             None => {
                 out.flush();
                 info!(image = %tag, secs = started.elapsed().as_secs_f64(), "image built");
-                return Ok(());
+                let retried = out.dated_pip.iter().filter_map(|p| layer.pieces.get(*p));
+                return Ok(retried.cloned().collect());
             }
         }
     };
@@ -550,6 +650,8 @@ struct BuildOutput {
     images: Vec<(usize, String)>,
     /// What each script piece is (shown in place of its mark).
     pieces: Vec<String>,
+    /// Script pieces that printed [`DATED_PIP_MARK`].
+    dated_pip: Vec<usize>,
 }
 
 impl BuildOutput {
@@ -591,6 +693,12 @@ impl BuildOutput {
                 return;
             }
         } else {
+            if line == DATED_PIP_MARK
+                && let Some(p) = self.piece
+                && !self.dated_pip.contains(&p)
+            {
+                self.dated_pip.push(p);
+            }
             if let (Some(step), Some(id)) = (self.step, step_image(&line)) {
                 self.images.push((step, id.to_string()));
             }
@@ -889,6 +997,114 @@ mod tests {
             Some(&Origin::Harness("starting from the parent image"))
         );
         assert_eq!(l.origin(Some(9), None), None);
+    }
+
+    /// Runs `pieces` as a layer's script on the host, with a `python` on PATH that only records
+    /// its arguments in `calls` (so "pip install" of the dated pip changes nothing), and parses
+    /// the output as a build would. Returns the exit status and the pieces that retried.
+    fn run_with_stub_python(
+        pieces: Vec<(Origin, String)>,
+        dir: &std::path::Path,
+    ) -> (Option<i32>, Vec<Origin>, String) {
+        let bin = dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let python = bin.join("python");
+        std::fs::write(
+            &python,
+            format!("#!/bin/sh\necho \"$*\" >> {}/calls\n", dir.display()),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut l = Layer::new("b", "instance", "k".into());
+        l.script(pieces);
+        let argv = run_argv(&l);
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .env("PATH", path)
+            .env("TMPDIR", dir)
+            .output()
+            .unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut o = BuildOutput::default();
+        o.push("Step 2/2 : RUN [...]\n", "t");
+        o.push(&text, "t");
+        o.flush();
+        let retried = o.dated_pip.iter().map(|p| l.pieces[*p].clone()).collect();
+        (out.status.code(), retried, text)
+    }
+
+    #[test]
+    fn an_install_the_date_caps_pip_refuses_runs_again_with_the_dated_pip() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        // Refused once as pip 26 refuses a backend without PEP 660's hook, then installs; in a
+        // subshell, as the instance layer's commands are (`((` would be arithmetic to bash).
+        let refused_once = format!(
+            "(if [ -e {d}/tried ]; then echo installed >> {d}/installs; exit 0; fi; touch {d}/tried; \
+             echo \"ERROR: Project file:///testbed has a 'pyproject.toml' and its build backend is {NO_BUILD_EDITABLE}.\"; exit 1)"
+        );
+        let pieces = vec![
+            (Origin::Harness("git"), "true".into()),
+            (Origin::PreInstall(0), with_dated_pip_retry("echo pre")),
+            (Origin::Install, with_dated_pip_retry(&refused_once)),
+            (Origin::Harness("after"), format!("touch {d}/after")),
+        ];
+        let (code, retried, text) = run_with_stub_python(pieces, dir.path());
+        assert_eq!(code, Some(0), "{text}");
+        assert_eq!(retried, [Origin::Install], "{text}");
+        let calls = std::fs::read_to_string(dir.path().join("calls")).unwrap();
+        assert_eq!(
+            calls,
+            format!("-m pip install --no-cache-dir {}\n", DATED_PIP.join(" "))
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("installs")).unwrap(),
+            "installed\n"
+        );
+        assert!(dir.path().join("after").exists() && text.contains(NO_BUILD_EDITABLE));
+        assert!(!dir.path().join("reprobench-install.log").exists());
+
+        // Any other failure keeps its status, and pip is left alone.
+        let dir = tempfile::tempdir().unwrap();
+        let pieces = vec![(
+            Origin::Install,
+            with_dated_pip_retry("echo other error; exit 7"),
+        )];
+        let (code, retried, _) = run_with_stub_python(pieces, dir.path());
+        assert_eq!((code, retried), (Some(7), vec![]));
+        assert!(!dir.path().join("calls").exists());
+
+        // The reports name the command that went back to the dated pip.
+        let mut r = recipe();
+        r.packages_as_of = Some("2025-02-28T00:00:00Z".into());
+        let notes = dated_pip_notes(&r, &[Origin::Install]);
+        assert_eq!(
+            notes,
+            [dated_pip_install_note(
+                "2025-02-28T00:00:00Z",
+                "pip install -e ."
+            )]
+        );
+        assert!(notes[0].contains("the pip of 2025-02-28:"), "{notes:?}");
+        assert!(dated_pip_notes(&r, &[Origin::Packages]).is_empty());
+    }
+
+    #[test]
+    fn only_a_date_capped_install_retries_with_the_dated_pip() {
+        let retries =
+            |r: &EnvRecipe| run_argv(&instance_layer("env:1", r))[2].contains(DATED_PIP_MARK);
+        let mut r = recipe();
+        assert!(!retries(&r), "no date cap: pip is not pip 26");
+        r.packages_as_of = Some("2025-02-28T00:00:00Z".into());
+        assert!(retries(&r));
+        r.dated_pip_for_install = true;
+        assert!(!retries(&r), "the dated pip from the start");
     }
 
     #[test]

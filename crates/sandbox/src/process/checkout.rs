@@ -8,10 +8,6 @@ use super::*;
 /// registered; the same paths of the execution's copy go first on `PYTHONPATH`).
 pub(super) const EXEC_ENV_FILE: &str = ".git/reprobench-exec-env";
 
-/// What pip says of a build backend without PEP 660's editable hook (pip 25.3 and later, which no
-/// longer fall back to `setup.py develop`).
-const NO_BUILD_EDITABLE: &str = "missing the 'build_editable' hook";
-
 /// A note in a venv that its install commands ran with another pip than the date cap's: its line
 /// goes into the reports of the instances prepared with it ([`crate::Sandbox::prepared_notes`]).
 pub(super) const PIP_NOTE_FILE: &str = "reprobench-install-pip-note";
@@ -109,7 +105,8 @@ pub(super) fn prepare_checkout(
             match install() {
                 Ok(()) => {}
                 Err(HostCommandError::Failed { output_tail, .. })
-                    if output_tail.contains(NO_BUILD_EDITABLE) && !recipe.dated_pip_for_install =>
+                    if output_tail.contains(NO_BUILD_EDITABLE)
+                        && retries_with_dated_pip(recipe) =>
                 {
                     let Some(date) = &recipe.packages_as_of else {
                         return Err(SandboxError::BadInput(output_tail));
@@ -125,9 +122,7 @@ pub(super) fn prepare_checkout(
                     )?;
                     std::fs::write(
                         venv.join(PIP_NOTE_FILE),
-                        format!(
-                            "the install commands ran with the pip of {date}: the date cap's pip (26, the first with --uploaded-prior-to) refused `{cmd}` because the build backend the repository pins has no PEP 660 build_editable hook, and the pip of {date} falls back to `setup.py develop`, as SWT-bench's conda environment's pip did\n"
-                        ),
+                        dated_pip_install_note(date, cmd) + "\n",
                     )
                     .map_err(|e| infra("noting the pip of the install commands", e))?;
                     install().map_err(|e| SandboxError::BadInput(e.to_string()))?;

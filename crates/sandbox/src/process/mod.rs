@@ -17,8 +17,8 @@ use super::python::{
 use super::system_packages;
 use super::{
     BUILD_TOOLS, DATED_BUILD_TOOLS, DATED_PIP, EDITABLE_ROOTS_PY, EnvRecipe, ExecOutput,
-    ExecRequest, PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, Prepared, Sandbox,
-    SandboxError,
+    ExecRequest, NO_BUILD_EDITABLE, PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP,
+    Prepared, Sandbox, SandboxError, dated_pip_install_note, retries_with_dated_pip,
 };
 use crate::BoxFuture;
 use crate::ExecutorKind;
