@@ -965,7 +965,8 @@ fn official_verdicts(
 
 /// `reprobench bench slice`: gold validation of the real slice's instances of some repositories
 /// (cold and warm, 1 and 2 local nodes), a prediction set once gold and base are cached, harness
-/// overhead per execution against the test command's own time, and the disk the environments use.
+/// overhead per execution against the test command's own time, the disk the environments use,
+/// and on docker the prediction set again without and with containers booted ahead.
 pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     let slice = a
         .slice
@@ -1091,6 +1092,12 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         &["--rules", "swt-bench-2024"],
     )?;
     let official = official_verdicts(&a, &slice, &preds)?;
+    let boot_ahead = if executor == "docker" {
+        say("the same predictions again, every container booted on the execution's path, then booted ahead (the base runs cached for both)".into());
+        boot_ahead_comparison(&root, &rows, &predictions.display().to_string())?
+    } else {
+        serde_json::Value::Null
+    };
     let run_cold = execution_figures(&cold).run;
     let warm_figures = execution_figures(&warm1);
     let (overhead, test) = (&warm_figures.overhead, &warm_figures.test);
@@ -1128,6 +1135,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "new_predictions_mean_coverage": preds["mean_coverage"],
         "new_predictions_mean_coverage_delta": preds["mean_coverage_delta"],
         "new_predictions_official_verdicts": official,
+        "boot_ahead": boot_ahead,
         "gold_mean_coverage_delta": cold["mean_coverage_delta"],
         "overhead_ms_median": overhead_ms_median,
         "test_ms_median": test_ms_median,
@@ -1140,6 +1148,45 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "gold_by_repo": gold_by_repo(&cold),
     });
     finish_slice(&root, a.work.is_none(), &v, a.json)
+}
+
+/// The docker executor's prediction runs without and with containers booted ahead, one after
+/// the other from the same cache (gold and base executions cached by the run before): walls,
+/// efficiency and phases of each, and the wall ratio.
+fn boot_ahead_comparison(
+    root: &std::path::Path,
+    rows: &std::path::Path,
+    predictions: &str,
+) -> Result<serde_json::Value> {
+    let mut arms = serde_json::Map::new();
+    let mut walls = Vec::new();
+    for (name, data, flag) in [
+        ("without", "data-preds-unbooted", Some("--no-boot-ahead")),
+        ("with", "data-preds-booted", None),
+    ] {
+        let mut extra = vec!["--rules", "swt-bench-2024", "--new"];
+        extra.extend(flag);
+        let (run, wall) = slice_eval(root, rows, predictions, "docker", 1, data, &extra)?;
+        let figures = execution_figures(&run);
+        walls.push(wall);
+        arms.insert(
+            name.into(),
+            serde_json::json!({
+                "wall_s": wall,
+                "executions": figures.run,
+                "efficiency": figures.efficiency(wall, 1),
+                "overhead_ms_median": median(figures.overhead.clone()),
+                "test_ms_median": median(figures.test.clone()),
+                "phases": figures.phases_json(),
+                "resolved": run["resolved"],
+            }),
+        );
+    }
+    arms.insert(
+        "wall_ratio_with_to_without".into(),
+        (walls[1] / walls[0]).into(),
+    );
+    Ok(arms.into())
 }
 
 /// Removes the slice benchmark's scratch directory (unless `--work` named it) and prints its figures.

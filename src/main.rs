@@ -137,6 +137,12 @@ pub struct NodeOptions {
     /// Disk the docker executor's environment and instance images may use (GiB); least recently used go first.
     #[arg(long, value_name = "GIB", default_value_t = 20)]
     image_budget_gb: u64,
+    /// Make every docker execution create and start its own container. By default the next
+    /// execution's container is booted, and its copy of the repository made, while an
+    /// execution of the same instance runs; this flag is the baseline that measures what that
+    /// buys.
+    #[arg(long)]
+    no_boot_ahead: bool,
     /// Replay recorded LLM transcripts (a file or directory) instead of calling backbones: runs
     /// are deterministic re-runs and are reported as replays.
     #[arg(long, value_name = "PATH")]
@@ -236,6 +242,7 @@ impl NodeOptions {
         s.sim_latency_scale = self.sim_latency_scale.max(0.0);
         s.preassess_replicas = self.preassess_replicas.max(1);
         s.docker.disk_budget_bytes = self.image_budget_gb << 30;
+        s.docker.boot_ahead = !self.no_boot_ahead;
         s.repos = Self::absolute(s.repos);
         s.cache_dir = Self::absolute(s.cache_dir);
         s.artifacts = Self::absolute(s.artifacts);
@@ -684,7 +691,8 @@ enum BenchWhich {
     /// reading the files), agreement with SWT-bench's verdicts, and each parser on one 40 KB log.
     Grade(bench::GradeBenchArgs),
     /// The real SWT-bench slice: gold validation cold and warm on 1 and 2 local nodes, a
-    /// prediction set once gold and base are cached, harness overhead per execution, disk used.
+    /// prediction set once gold and base are cached, harness overhead per execution, disk used;
+    /// on docker, the prediction set without and with containers booted ahead.
     Slice(bench::SliceBenchArgs),
     /// The agents' repository tools on a real checkout: code-graph build time and resident
     /// memory with N concurrent tasks, each with its own graph and sharing one per commit, and

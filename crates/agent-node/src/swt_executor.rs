@@ -137,8 +137,9 @@ pub struct ExecRecord {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub output_truncated: bool,
     /// Where the execution's time went, phase by phase in the order they ran (the sandbox's
-    /// phases: for docker `create`, `attach`, `boot`, `copy`, `stage`, `unpack`, `command`,
-    /// `exit`, `output`; for process `workdir`, `copy`, `stage`, `unpack`, `command`,
+    /// phases: for docker `create`, `attach`, `boot`, `copy`, `input`, `files`, `stage`,
+    /// `unpack`, `command`, `exit`, `output`, the first four 0 for a container booted ahead
+    /// while the execution before ran; for process `workdir`, `copy`, `stage`, `unpack`, `command`,
     /// `collect`, `cleanup`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timings: Vec<PhaseTiming>,

@@ -132,6 +132,14 @@ pub struct DockerConfig {
     pub cache_dir: PathBuf,
     /// Bytes reprobench's env and instance images may use before the least recently used go.
     pub disk_budget_bytes: u64,
+    /// Boot the next execution's container (and make its copy of the repository) while an
+    /// execution of the same image and limits runs, off the next one's critical path.
+    #[serde(default = "boot_ahead_default")]
+    pub boot_ahead: bool,
+}
+
+fn boot_ahead_default() -> bool {
+    true
 }
 
 impl Default for DockerConfig {
@@ -140,6 +148,7 @@ impl Default for DockerConfig {
             base_image: DEFAULT_BASE_IMAGE.into(),
             cache_dir: default_cache_dir(),
             disk_budget_bytes: 20 << 30,
+            boot_ahead: true,
         }
     }
 }
@@ -230,6 +239,12 @@ struct Inner {
     limit_warnings: run::LimitWarnings,
     /// Containers of finished executions being removed in the background.
     removals: run::Removals,
+    /// Containers booted ahead of the executions that will take them.
+    ahead: run::Ahead,
+    /// The host interpreter found for each (Python version, standalone), so that a prepare
+    /// probes the host's interpreters (a process each, pyenv's shims among them) once, not on
+    /// every instance.
+    host_pythons: Mutex<HashMap<(String, bool), crate::python::Interpreter>>,
     /// What each instance image's build showed of its departures (`build::notes_of`), by tag,
     /// for [`Sandbox::prepared_notes`].
     prepared_notes: Mutex<HashMap<String, Vec<String>>>,
@@ -241,6 +256,7 @@ impl DockerSandbox {
         let docker = connect_engine().await?;
         run::remove_leftovers(&docker).await;
         let usage = load_usage(&cfg.cache_dir.join(USAGE_FILE));
+        let ahead = run::Ahead::new(cfg.boot_ahead);
         Ok(DockerSandbox {
             inner: Arc::new(Inner {
                 docker,
@@ -250,6 +266,8 @@ impl DockerSandbox {
                 evicting: tokio::sync::Mutex::default(),
                 limit_warnings: run::LimitWarnings::default(),
                 removals: run::Removals::default(),
+                ahead,
+                host_pythons: Mutex::default(),
                 prepared_notes: Mutex::default(),
             }),
         })
@@ -265,10 +283,15 @@ impl DockerSandbox {
         &self.inner.docker
     }
 
-    /// Waits until the containers of finished executions, removed in the background, are gone:
-    /// the sandbox leaves nothing behind.
+    /// Removes the containers booted ahead and waits until those of finished executions,
+    /// removed in the background, are gone: the sandbox leaves nothing behind.
     pub async fn settle(&self) {
         Sandbox::settle(self).await
+    }
+
+    /// Execution containers booted ahead: (ready for an execution, being booted).
+    pub fn booted_ahead(&self) -> (usize, usize) {
+        self.inner.ahead.count()
     }
 
     /// Python major.minor of the base image (asked once by running it).
@@ -410,6 +433,7 @@ impl Inner {
             req,
             &self.limit_warnings,
             &self.removals,
+            &self.ahead,
         )
         .await
     }
@@ -430,13 +454,17 @@ impl Inner {
         }
         let (w, cache) = (want.to_string(), self.cfg.cache_dir.clone());
         let standalone = recipe.standalone;
-        let host = tokio::task::spawn_blocking(move || {
-            find_python_where(&w, false, &cache, |p| {
-                !standalone || has_own_prefix(p)
+        let found = crate::lock(&self.host_pythons)
+            .get(&(w.clone(), standalone))
+            .cloned();
+        let host = match found {
+            Some(host) => Ok(host),
+            None => tokio::task::spawn_blocking(move || {
+                find_python_where(&w, false, &cache, |p| !standalone || has_own_prefix(p))
             })
-        })
-        .await
-        .map_err(|e| SandboxError::Infra(format!("interpreter search task: {e}")))?
+            .await
+            .map_err(|e| SandboxError::Infra(format!("interpreter search task: {e}")))?,
+        }
         .map_err(|_| {
             if standalone {
                 SandboxError::BadInput(format!(
@@ -448,6 +476,7 @@ impl Inner {
                 ))
             }
         })?;
+        crate::lock(&self.host_pythons).insert((want.to_string(), standalone), host.clone());
         let key = reprobench_domain::swt::env_key(
             &format!("python-layer-v1 {base} {}", host.prefix.display()),
             std::slice::from_ref(&host.version),
@@ -501,6 +530,7 @@ impl Inner {
     }
 
     async fn settle(&self) {
+        self.ahead.drain(&self.removals).await;
         self.removals.settle().await;
     }
 

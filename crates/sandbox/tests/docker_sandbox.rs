@@ -334,7 +334,8 @@ async fn prepare_builds_each_layer_once_and_exec_runs_the_tests() {
     assert_eq!(
         names,
         [
-            "create", "attach", "boot", "copy", "stage", "unpack", "command", "exit", "output"
+            "create", "attach", "boot", "copy", "input", "files", "stage", "unpack", "command",
+            "exit", "output"
         ]
     );
     let command = out.phases.iter().find(|p| p.name == "command").unwrap();
@@ -373,7 +374,99 @@ async fn prepare_builds_each_layer_once_and_exec_runs_the_tests() {
     assert_ran(&out, 1);
     assert!(out.output.contains("FAILED (failures=1)"), "{}", out.output);
 
+    // The container booted ahead for the next execution goes too.
+    sb.settle().await;
     remove_image(&sb, &instance_tag).await;
+}
+
+/// Polls until a container for the next execution is booted ahead, failing at the deadline.
+async fn booted_ahead(sb: &DockerSandbox) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sb.booted_ahead() != (1, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "no container was booted ahead: {:?}",
+            sb.booted_ahead()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
+    let Some((sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let shared = shared(&sb).await;
+    let prepared = alias(&sb, &shared, "ahead").await;
+    let Prepared::Image(image) = &prepared else {
+        unreachable!()
+    };
+    let leave = "echo left > /tmp/left; echo left > /work/left; echo left > calc.py; \
+                 setsid sleep 3617 & echo first";
+    let out = sb.exec(&prepared, sh(leave)).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(out.output, "first\n");
+    booted_ahead(&sb).await;
+
+    // Taken by the next execution of the image and limits: nothing of the first is there, the
+    // patches and files are this one's, and its creation was off this execution's path.
+    let mut req = sh(
+        "test -e /tmp/left || echo no-tmp; test -e /work/left || echo no-work; cat calc.py new.txt; \
+         cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -q 'sleep 361[7]' || echo no-sleep",
+    );
+    req.files.push(InputFile {
+        path: "new.txt".into(),
+        contents: b"mine\n".to_vec(),
+        mode: 0o644,
+    });
+    let out = sb.exec(&prepared, req).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(
+        out.output,
+        format!("no-tmp\nno-work\n{CALC}mine\nno-sleep\n")
+    );
+    assert_eq!(
+        (took(&out, "create"), took(&out, "attach")),
+        (Duration::ZERO, Duration::ZERO),
+        "{out:?}"
+    );
+
+    // Other limits are another environment: that execution boots its own.
+    booted_ahead(&sb).await;
+    let mut req = sh("echo other");
+    req.limits.memory_mb = 256;
+    let out = sb.exec(&prepared, req).await.unwrap();
+    assert_ran(&out, 0);
+    assert!(took(&out, "create") > Duration::ZERO, "{out:?}");
+
+    // Settling removes what was booted ahead, and nothing is left.
+    sb.settle().await;
+    assert_eq!(sb.booted_ahead(), (0, 0));
+    assert_eq!(our_containers(&sb, image).await, Vec::<String>::new());
+    remove_image(&sb, image).await;
+
+    // Off, no execution boots another ahead.
+    let cache = tempfile::tempdir().unwrap();
+    let off = DockerSandbox::connect(DockerConfig {
+        cache_dir: cache.path().to_path_buf(),
+        boot_ahead: false,
+        ..DockerConfig::default()
+    })
+    .await
+    .unwrap();
+    let out = off.exec(&shared, sh("true")).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(off.booted_ahead(), (0, 0));
+    off.settle().await;
+}
+
+/// How long an execution's phase `name` took.
+fn took(out: &ExecOutput, name: &str) -> Duration {
+    out.phases
+        .iter()
+        .find(|p| p.name == name)
+        .map_or(Duration::ZERO, |p| p.took)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

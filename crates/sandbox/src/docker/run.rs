@@ -40,10 +40,18 @@ pub const HOSTNAME: &str = "reprobench";
 const SUPPORT_DIR: &str = "/reprobench";
 /// Exit status of the script when it could not set the tree up (the command never ran).
 const SETUP_FAILED: i64 = 223;
-/// The container's command: read the input archive (its length on a first line) from standard
-/// input into root's stage, then run the script. The same for every execution: nothing in it is
-/// the execution's.
-const BOOT: &str = "IFS= read -r n && mkdir -m 700 /stage/in && head -c \"$n\" | tar -x -f - -C /stage/in && exec /bin/sh /stage/in/run.sh </dev/null";
+/// The container's command: note when it began, copy the repository into root's stage
+/// (through a tar pipe, which keeps owners, modes and times), note when that was done, then
+/// read the input archive (its length on a first line) from standard input and run the script.
+/// The same for every execution: nothing in it is the execution's, so a container can be
+/// booted, its copy made, before the execution that takes it is known.
+fn boot_command() -> String {
+    format!(
+        "date +%s%N > /stage/booted; \
+         if mkdir /stage/repo && tar -C {WORKDIR} -cf - . | tar -C /stage/repo -xpf -; then date +%s%N > /stage/copied; else rm -rf /stage/repo; fi; \
+         IFS= read -r n && mkdir -m 700 /stage/in && head -c \"$n\" | tar -x -f - -C /stage/in && exec /bin/sh /stage/in/run.sh </dev/null"
+    )
+}
 /// Capabilities root's script needs (copies keeping owners and modes, the switch to the test's
 /// user); the command has none.
 const CAPABILITIES: [&str; 5] = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"];
@@ -161,10 +169,12 @@ fn script(nonce: &str, req: &ExecRequest) -> String {
         "N={nonce}\nU={TEST_UID}\nexec 2>&1\n\
          failed() {{ echo \"REPROBENCH-$N SETUP-FAILED $1\"; exit {SETUP_FAILED}; }}\n\
          phase() {{ echo \"REPROBENCH-$N PHASE $1 $(date +%s%N)\"; }}\n\
-         phase boot\n\
-         mkdir /stage/repo && tar -C {WORKDIR} -cf - . | tar -C /stage/repo -xpf - || failed 'copying the repository'\n\
+         [ -f /stage/copied ] || failed 'copying the repository'\n\
+         echo \"REPROBENCH-$N PHASE boot $(cat /stage/booted)\"\n\
+         echo \"REPROBENCH-$N PHASE copy $(cat /stage/copied)\"\n\
+         phase input\n\
          if [ -d /stage/in/files ]; then cp -a /stage/in/files/. /stage/repo/ || failed 'writing the files'; fi\n\
-         phase copy\n"
+         phase files\n"
     );
     // In a subshell: nothing the stage sets reaches the command.
     s.push_str("(\ncd /stage/repo || exit 1\n");
@@ -201,7 +211,7 @@ fn script(nonce: &str, req: &ExecRequest) -> String {
             c = q(c)
         ));
     }
-    s.push_str("exit $rc\n");
+    s.push_str("echo \"REPROBENCH-$N DONE\"\nexit $rc\n");
     s
 }
 
@@ -234,13 +244,16 @@ fn input_archive(run_sh: &str, req: &ExecRequest) -> Result<Vec<u8>, SandboxErro
     Ok(out)
 }
 
-/// Runs one execution of `req` in a fresh container of `image`.
+/// Runs one execution of `req` in a fresh container of `image`: one booted ahead for the same
+/// image and limits when `ahead` holds one, else one booted now; either way the next one is
+/// booted ahead while this one runs.
 pub(super) async fn exec(
     docker: &Docker,
     image: &str,
     req: ExecRequest,
     warnings: &LimitWarnings,
     removals: &Removals,
+    ahead: &Ahead,
 ) -> Result<ExecOutput, SandboxError> {
     let begun = Instant::now();
     if req.command.is_empty() {
@@ -270,7 +283,7 @@ pub(super) async fn exec(
     env.extend(req.env.iter().map(|(k, v)| format!("{k}={v}")));
     let spec = Spec {
         image,
-        argv: vec!["/bin/sh".into(), "-c".into(), BOOT.into()],
+        argv: vec!["/bin/sh".into(), "-c".into(), boot_command()],
         env,
         limits: &req.limits,
         stdin: Some(stdin),
@@ -282,6 +295,7 @@ pub(super) async fn exec(
         Framer::new(&nonce, req.limits.max_output_bytes),
         warnings,
         removals,
+        Some(ahead),
     )
     .await?;
     let times = ran.times;
@@ -346,10 +360,13 @@ fn timeline(host: &HostTimes, framed: &Framed) -> Vec<crate::Phase> {
     out
 }
 
-/// The phases the root script marks as each ends, in order: the container's start up to the
-/// script (`boot`), the repository's copy into the stage (`copy`), files, patches and seal
-/// (`stage`); the tree's unpacking into `/work` ends at the command's start.
-const SCRIPT_PHASES: [&str; 3] = ["boot", "copy", "stage"];
+/// The phases the root script marks as each ends, in order: the container's start up to its
+/// command (`boot`), the repository's copy into the stage (`copy`; both are over before the
+/// execution is handed over when the container was booted ahead, and take no time of it then),
+/// reading the execution's input up to the script (`input`), writing its files (`files`), its
+/// patches and the seal (`stage`); the tree's unpacking into `/work` ends at the command's
+/// start.
+const SCRIPT_PHASES: [&str; 5] = ["boot", "copy", "input", "files", "stage"];
 
 /// The longest line read as a marker; longer lines beginning like one are output.
 const MAX_MARKER_LINE: usize = 1 << 16;
@@ -373,6 +390,10 @@ struct Framer {
     start_ns: Option<u64>,
     test_ns: Option<u64>,
     end_ns: Option<u64>,
+    /// The command's exit status, as the script said it.
+    status: Option<i64>,
+    /// The script gave its last mark: all the output that counts is in.
+    done: bool,
     /// The root script's phase marks before the command: (phase, when it ended in ns).
     marks: Vec<(&'static str, u64)>,
     /// The current line's beginning, held while it may be a marker.
@@ -394,6 +415,8 @@ impl Framer {
             start_ns: None,
             test_ns: None,
             end_ns: None,
+            status: None,
+            done: false,
             marks: Vec::new(),
             line: Vec::new(),
             holding: false,
@@ -453,8 +476,9 @@ impl Framer {
                 self.started = true;
                 self.start_ns = t.parse().ok();
             }
-            ["END", _, t] if self.started && !self.ended => {
+            ["END", status, t] if self.started && !self.ended => {
                 self.ended = true;
+                self.status = status.parse().ok();
                 self.end_ns = t.parse::<u64>().ok();
                 self.test_ns = self
                     .start_ns
@@ -467,6 +491,7 @@ impl Framer {
                     self.marks.push((name, t));
                 }
             }
+            ["DONE"] if self.ended => self.done = true,
             ["COLLECT", chunk] if self.ended => {
                 self.collecting = true;
                 self.collected.extend_from_slice(chunk.as_bytes());
@@ -560,6 +585,7 @@ pub(super) async fn python_version(
         CappedOutput::new(64 << 10),
         warnings,
         removals,
+        None,
     )
     .await?;
     let (bytes, _) = ran.output.finish();
@@ -590,9 +616,34 @@ struct Spec<'a> {
     execution: bool,
 }
 
+impl Spec<'_> {
+    /// What its container's body is made of, except what is the same for every execution: the
+    /// containers booted ahead for one key can run any execution with that key.
+    fn key(&self) -> String {
+        let l = self.limits;
+        format!(
+            "{}\n{:?}\n{:?}\n{} {} {} {}\n{} {}",
+            self.image,
+            self.argv,
+            self.env,
+            l.cpus,
+            l.memory_mb,
+            l.pids,
+            l.disk_mb,
+            self.stdin.is_some(),
+            self.execution
+        )
+    }
+}
+
 /// Where a container's output goes as it arrives.
 trait Sink: Send + 'static {
     fn take(&mut self, bytes: &[u8]);
+    /// The exit status the output itself gave as final (the root script's last mark), once it
+    /// has: nothing the container prints after it counts.
+    fn finished(&self) -> Option<i64> {
+        None
+    }
 }
 
 impl Sink for CappedOutput {
@@ -604,6 +655,10 @@ impl Sink for CappedOutput {
 impl Sink for Framer {
     fn take(&mut self, bytes: &[u8]) {
         self.push(bytes);
+    }
+
+    fn finished(&self) -> Option<i64> {
+        self.done.then_some(self.status).flatten()
     }
 }
 
@@ -625,9 +680,9 @@ struct HostTimes {
     create: Duration,
     /// Attaching to its output.
     attach: Duration,
-    /// When it was asked to start (unix ns).
+    /// When it was asked to start, or, booted ahead, handed the execution (unix ns).
     start_requested_ns: u64,
-    /// When its exit was seen (unix ns).
+    /// When its exit, or the script's last mark, was seen (unix ns).
     exit_seen_ns: u64,
     /// Waiting for the end of its output after the exit.
     output_wait: Duration,
@@ -684,28 +739,243 @@ impl Removals {
     }
 }
 
-/// Creates, runs, and removes one container, its output going to `sink`.
+/// Runs one container and removes it, its output going to `sink`: with `ahead`, one booted
+/// ahead for the same body when there is one (and the next is booted ahead), else one made now.
 async fn run<S: Sink>(
     docker: &Docker,
     spec: Spec<'_>,
     sink: S,
     warnings: &LimitWarnings,
     removals: &Removals,
+    ahead: Option<&Ahead>,
 ) -> Result<Ran<S>, SandboxError> {
+    let body = container_body(&spec);
+    let taken = match ahead {
+        Some(ahead) => {
+            let key = spec.key();
+            let taken = ahead.take(&key);
+            ahead.boot_next(docker, key, &body, removals);
+            taken
+        }
+        None => None,
+    };
+    let mut booted = match taken {
+        Some(mut b) => {
+            // Its creation and start were off this execution's path.
+            b.create = Duration::ZERO;
+            b.attach = Duration::ZERO;
+            b.start_requested_ns = unix_ns();
+            b
+        }
+        None => boot(docker, &body, spec.image, warnings).await?,
+    };
+    let attached = booted
+        .attached
+        .take()
+        .expect("a booted container is driven once");
+    let times = HostTimes {
+        create: booted.create,
+        attach: booted.attach,
+        start_requested_ns: booted.start_requested_ns,
+        ..HostTimes::default()
+    };
+    let driven = drive(docker, &booted.container.id, attached, times, &spec, sink).await;
+    // Removed on every path: here when we get this far, by the guard's Drop when cancelled.
+    removals.remove(booted.container).await;
+    driven
+}
+
+/// A container created, attached to and started, its command waiting for its input (an
+/// execution's copies the repository first).
+pub(super) struct Booted {
+    container: Container,
+    /// Its output and input, until an execution drives it.
+    attached: Option<bollard::container::AttachContainerResults>,
+    create: Duration,
+    attach: Duration,
+    start_requested_ns: u64,
+}
+
+/// Creates a container of `body`, attaches to it (before its start, so no output is missed)
+/// and starts it; a limit the engine refuses, or says it will not enforce, fails it.
+async fn boot(
+    docker: &Docker,
+    body: &ContainerCreateBody,
+    image: &str,
+    warnings: &LimitWarnings,
+) -> Result<Booted, SandboxError> {
     let creating = Instant::now();
     let container = Container {
         docker: docker.clone(),
-        id: create(docker, &spec, warnings).await?,
+        id: create(docker, body, image, warnings).await?,
         removed: false,
     };
     let create = creating.elapsed();
-    let driven = drive(docker, &container.id, &spec, sink).await;
-    // Removed on every path: here when we get this far, by the guard's Drop when cancelled.
-    removals.remove(container).await;
-    driven.map(|mut ran| {
-        ran.times.create = create;
-        ran
+    let options = AttachContainerOptionsBuilder::new()
+        .stream(true)
+        .stdin(body.open_stdin == Some(true))
+        .stdout(true)
+        .stderr(true)
+        .build();
+    let attaching = Instant::now();
+    let attached = docker
+        .attach_container(&container.id, Some(options))
+        .await
+        .map_err(|e| engine_error("attaching to the execution container", e))?;
+    let attach = attaching.elapsed();
+    let start_requested_ns = unix_ns();
+    docker
+        .start_container(&container.id, None)
+        .await
+        .map_err(|e| engine_error("starting the execution container", e))?;
+    Ok(Booted {
+        container,
+        attached: Some(attached),
+        create,
+        attach,
+        start_requested_ns,
     })
+}
+
+/// The most containers booted ahead at once; the oldest goes when one more is booted.
+const MAX_AHEAD: usize = 4;
+/// How long a container booted ahead waits for an execution before it is removed.
+const AHEAD_IDLE: Duration = Duration::from_secs(30);
+
+/// Containers booted ahead of the executions that will take them: when an execution starts, the
+/// next container for the same image and limits is booted (and its copy of the repository
+/// made) while it runs, so the next execution of that environment skips both. One per
+/// image and limits, at most [`MAX_AHEAD`], each removed after [`AHEAD_IDLE`] unused.
+#[derive(Clone)]
+pub(super) struct Ahead {
+    state: Arc<AheadState>,
+}
+
+struct AheadState {
+    /// Off: every execution boots its own container.
+    on: bool,
+    spares: Mutex<Vec<Spare>>,
+    /// Keys being booted.
+    booting: Mutex<Vec<String>>,
+    /// How many are being booted, to wait on.
+    in_flight: tokio::sync::watch::Sender<usize>,
+    serial: std::sync::atomic::AtomicU64,
+}
+
+/// A container booted ahead, with the image and limits it was booted for.
+struct Spare {
+    key: String,
+    serial: u64,
+    booted: Booted,
+}
+
+impl Ahead {
+    /// Boots containers ahead when `on`; else never.
+    pub(super) fn new(on: bool) -> Ahead {
+        Ahead {
+            state: Arc::new(AheadState {
+                on,
+                spares: Mutex::default(),
+                booting: Mutex::default(),
+                in_flight: tokio::sync::watch::channel(0).0,
+                serial: Default::default(),
+            }),
+        }
+    }
+
+    /// A container booted ahead for `key`, if there is one.
+    fn take(&self, key: &str) -> Option<Booted> {
+        let mut spares = crate::lock(&self.state.spares);
+        let i = spares.iter().position(|s| s.key == key)?;
+        Some(spares.remove(i).booted)
+    }
+
+    /// Boots a container of `body` ahead, in the background, unless one for `key` is there or
+    /// on its way. A failure only means the next execution boots its own (and reports why).
+    fn boot_next(
+        &self,
+        docker: &Docker,
+        key: String,
+        body: &ContainerCreateBody,
+        removals: &Removals,
+    ) {
+        let state = &self.state;
+        if !state.on || crate::lock(&state.spares).iter().any(|s| s.key == key) {
+            return;
+        }
+        {
+            let mut booting = crate::lock(&state.booting);
+            if booting.contains(&key) {
+                return;
+            }
+            booting.push(key.clone());
+        }
+        state.in_flight.send_modify(|n| *n += 1);
+        let (this, docker, body, removals) =
+            (self.clone(), docker.clone(), body.clone(), removals.clone());
+        tokio::spawn(async move {
+            let image = body.image.clone().unwrap_or_default();
+            let booted = boot(&docker, &body, &image, &LimitWarnings::default()).await;
+            crate::lock(&this.state.booting).retain(|k| *k != key);
+            match booted {
+                Ok(booted) => this.keep(key, booted, &removals).await,
+                Err(e) => debug!(error = %e, "booting an execution container ahead failed"),
+            }
+            this.state
+                .in_flight
+                .send_modify(|n| *n = n.saturating_sub(1));
+        });
+    }
+
+    /// Keeps a container booted ahead until an execution takes it or it has waited too long.
+    async fn keep(&self, key: String, booted: Booted, removals: &Removals) {
+        let serial = self
+            .state
+            .serial
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let oldest = {
+            let mut spares = crate::lock(&self.state.spares);
+            spares.push(Spare {
+                key,
+                serial,
+                booted,
+            });
+            (spares.len() > MAX_AHEAD).then(|| spares.remove(0))
+        };
+        if let Some(old) = oldest {
+            removals.remove(old.booted.container).await;
+        }
+        let (this, removals) = (self.clone(), removals.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(AHEAD_IDLE).await;
+            let idle = {
+                let mut spares = crate::lock(&this.state.spares);
+                let i = spares.iter().position(|s| s.serial == serial);
+                i.map(|i| spares.remove(i))
+            };
+            if let Some(idle) = idle {
+                removals.remove(idle.booted.container).await;
+            }
+        });
+    }
+
+    /// Containers booted ahead, waiting for an execution: (ready, being booted).
+    pub(super) fn count(&self) -> (usize, usize) {
+        (
+            crate::lock(&self.state.spares).len(),
+            *self.state.in_flight.borrow(),
+        )
+    }
+
+    /// Removes every container booted ahead, once those being booted are.
+    pub(super) async fn drain(&self, removals: &Removals) {
+        let mut in_flight = self.state.in_flight.subscribe();
+        let _ = in_flight.wait_for(|n| *n == 0).await;
+        let spares = std::mem::take(&mut *crate::lock(&self.state.spares));
+        for s in spares {
+            removals.remove(s.booted.container).await;
+        }
+    }
 }
 
 /// A limit the engine may refuse to set on this kernel.
@@ -851,11 +1121,12 @@ fn container_body(spec: &Spec<'_>) -> ContainerCreateBody {
 /// Creates the container; a limit the engine refuses, or says it will not enforce, fails it.
 async fn create(
     docker: &Docker,
-    spec: &Spec<'_>,
+    body: &ContainerCreateBody,
+    image: &str,
     warnings: &LimitWarnings,
 ) -> Result<String, SandboxError> {
     match docker
-        .create_container(None::<CreateContainerOptions>, container_body(spec))
+        .create_container(None::<CreateContainerOptions>, body.clone())
         .await
     {
         Ok(r) => {
@@ -879,8 +1150,7 @@ async fn create(
             }
             if status_code == 404 {
                 return Err(SandboxError::Infra(format!(
-                    "image {} is gone from the engine ({message}): prepare the instance again",
-                    spec.image
+                    "image {image} is gone from the engine ({message}): prepare the instance again"
                 )));
             }
             Err(SandboxError::Infra(format!(
@@ -944,34 +1214,29 @@ impl Drop for Container {
     }
 }
 
-/// Attaches, starts, feeds the input, waits with the timeout (killing the container when it
-/// passes), collects.
+/// Feeds the input to a started container, waits with the timeout (killing the container when
+/// it passes) until it exits or its output gives its last mark, collects.
 async fn drive<S: Sink>(
     docker: &Docker,
     id: &str,
+    attached: bollard::container::AttachContainerResults,
+    mut times: HostTimes,
     spec: &Spec<'_>,
     sink: S,
 ) -> Result<Ran<S>, SandboxError> {
-    let options = AttachContainerOptionsBuilder::new()
-        .stream(true)
-        .stdin(spec.stdin.is_some())
-        .stdout(true)
-        .stderr(true)
-        .build();
-    let attaching = Instant::now();
-    // Attached before start, so no output is missed.
-    let attached = docker
-        .attach_container(id, Some(options))
-        .await
-        .map_err(|e| engine_error("attaching to the execution container", e))?;
     let collector = Arc::new(Mutex::new(Some(sink)));
+    let (finished_tx, mut finished) = tokio::sync::oneshot::channel::<i64>();
     let mut reader = tokio::spawn({
         let collector = collector.clone();
         let mut stream = attached.output;
         async move {
             while let Some(Ok(chunk)) = stream.next().await {
-                if let Some(sink) = crate::lock(&collector).as_mut() {
-                    sink.take(chunk.as_ref());
+                let mut sink = crate::lock(&collector);
+                let Some(sink) = sink.as_mut() else { break };
+                sink.take(chunk.as_ref());
+                if let Some(status) = sink.finished() {
+                    let _ = finished_tx.send(status);
+                    break;
                 }
             }
         }
@@ -979,13 +1244,6 @@ async fn drive<S: Sink>(
     let _stop_reader = AbortOnDrop(reader.abort_handle());
     // Kept open until the end: closing it may end the attached connection.
     let mut input = attached.input;
-    let attach = attaching.elapsed();
-
-    let start_requested_ns = unix_ns();
-    docker
-        .start_container(id, None)
-        .await
-        .map_err(|e| engine_error("starting the execution container", e))?;
     let started = Instant::now();
     if let Some(bytes) = &spec.stdin {
         input.write_all(bytes).await.map_err(|e| {
@@ -997,8 +1255,18 @@ async fn drive<S: Sink>(
     }
     let mut wait = Box::pin(docker.wait_container(id, None));
     let deadline = tokio::time::Instant::from_std(started + spec.limits.timeout);
-    let (exit_code, timed_out) = match tokio::time::timeout_at(deadline, wait.next()).await {
-        Ok(status) => (Some(exit_status(status)?), false),
+    // The script's last mark ends the execution as its exit would: the container is removed
+    // (whatever it still runs with it) off the execution's path.
+    let ended = tokio::time::timeout_at(deadline, async {
+        tokio::select! {
+            status = wait.next() => Ended::Exited(status),
+            Ok(status) = &mut finished => Ended::Finished(status),
+        }
+    })
+    .await;
+    let (exit_code, timed_out, by_script) = match ended {
+        Ok(Ended::Finished(status)) => (Some(status), false, true),
+        Ok(Ended::Exited(status)) => (Some(exit_status(status)?), false, false),
         Err(_) => {
             // SIGKILL to the container's PID 1 ends its whole PID namespace: every process.
             let killed = docker.kill_container(id, None).await;
@@ -1008,28 +1276,29 @@ async fn drive<S: Sink>(
                 ))
             })?;
             match killed {
-                Ok(()) => (None, true),
+                Ok(()) => (None, true, false),
                 // It exited on its own just as the timeout passed: that is a normal exit.
                 Err(EngineError::DockerResponseServerError {
                     status_code: 409, ..
-                }) => (Some(exit_status(status)?), false),
+                }) => (Some(exit_status(status)?), false, false),
                 Err(e) => return Err(engine_error("killing the timed-out execution container", e)),
             }
         }
     };
     let ran_for = started.elapsed();
-    let exit_seen_ns = unix_ns();
+    times.exit_seen_ns = unix_ns();
     let exited = Instant::now();
     // The attach stream ends once the container has stopped; do not wait forever for it.
-    if tokio::time::timeout(OUTPUT_GRACE, &mut reader)
-        .await
-        .is_err()
+    if !by_script
+        && tokio::time::timeout(OUTPUT_GRACE, &mut reader)
+            .await
+            .is_err()
     {
         warn!(container = %id, "output did not end after the container stopped; keeping what came");
     }
-    let output_wait = exited.elapsed();
+    times.output_wait = exited.elapsed();
     drop(input);
-    if exit_code == Some(137) && !timed_out {
+    if exit_code == Some(137) && !timed_out && !by_script {
         let oom = docker
             .inspect_container(id, None)
             .await
@@ -1049,14 +1318,16 @@ async fn drive<S: Sink>(
         exit_code,
         timed_out,
         ran_for,
-        times: HostTimes {
-            create: Duration::ZERO,
-            attach,
-            start_requested_ns,
-            exit_seen_ns,
-            output_wait,
-        },
+        times,
     })
+}
+
+/// How a container's run ended before its timeout.
+enum Ended {
+    /// The engine saw it exit.
+    Exited(Option<Result<ContainerWaitResponse, EngineError>>),
+    /// Its output gave its last mark, with this status.
+    Finished(i64),
 }
 
 struct AbortOnDrop(tokio::task::AbortHandle);
@@ -1133,11 +1404,21 @@ mod tests {
     #[test]
     fn the_scripts_phase_marks_make_the_timeline_and_forged_ones_are_output() {
         let text = "REPROBENCH-n1 PHASE boot 1100\nREPROBENCH-n1 PHASE copy 1300\n\
+                    REPROBENCH-n1 PHASE input 1350\nREPROBENCH-n1 PHASE files 1400\n\
                     REPROBENCH-x PHASE stage 1\nREPROBENCH-n1 PHASE stage 1600\n\
                     REPROBENCH-n1 START 2000\nREPROBENCH-n1 PHASE stage 9\n\
                     REPROBENCH-n1 END 0 7000\n";
         let f = framed(&[text], 1 << 20);
-        assert_eq!(f.marks, [("boot", 1100), ("copy", 1300), ("stage", 1600)]);
+        assert_eq!(
+            f.marks,
+            [
+                ("boot", 1100),
+                ("copy", 1300),
+                ("input", 1350),
+                ("files", 1400),
+                ("stage", 1600)
+            ]
+        );
         assert_eq!(
             f.test, "REPROBENCH-n1 PHASE stage 9\n",
             "a mark after the start is the test's"
@@ -1161,12 +1442,42 @@ mod tests {
                 ("attach", 5),
                 ("boot", 100),
                 ("copy", 200),
-                ("stage", 300),
+                ("input", 50),
+                ("files", 50),
+                ("stage", 200),
                 ("unpack", 400),
                 ("command", 5000),
                 ("exit", 300),
                 ("output", 20)
             ]
+        );
+        // Booted ahead: handed the execution after its boot and copy, which take none of it.
+        let ahead = HostTimes {
+            create: Duration::ZERO,
+            attach: Duration::ZERO,
+            start_requested_ns: 1320,
+            ..host
+        };
+        let took: Vec<u64> = super::timeline(&ahead, &f)
+            .iter()
+            .map(|p| p.took.as_nanos() as u64)
+            .collect();
+        assert_eq!(took, [0, 0, 0, 0, 30, 50, 200, 400, 5000, 300, 20]);
+    }
+
+    #[test]
+    fn only_the_scripts_last_mark_after_the_end_finishes_the_output() {
+        let mut f = Framer::new("n1", 1 << 20);
+        f.push(b"REPROBENCH-n1 START 1\nREPROBENCH-n1 DONE\nREPROBENCH-x END 0 2\n");
+        assert_eq!(f.finished(), None, "a last mark before the end is output");
+        f.push(b"REPROBENCH-n1 END 3 9\nREPROBENCH-x DONE\n");
+        assert_eq!(f.finished(), None, "a forged last mark is output");
+        f.push(b"REPROBENCH-n1 DONE\n");
+        assert_eq!(f.finished(), Some(3));
+        let p = f.finish();
+        assert_eq!(
+            p.test,
+            "REPROBENCH-n1 DONE\nREPROBENCH-x END 0 2\nREPROBENCH-x DONE\n"
         );
     }
 
@@ -1204,7 +1515,8 @@ mod tests {
         assert!(s.contains("apply code /stage/in/patches/0.patch"));
         assert!(s.contains("setpriv --reuid=\"$U\" --regid=\"$U\" --clear-groups -- bash -c 'echo '\\''hi'\\'''"), "{s}");
         assert!(s.find("rm -rf /stage/repo").unwrap() < s.find(" START ").unwrap());
-        assert!(!BOOT.contains("nonce") && !BOOT.contains("patch"));
+        let boot = boot_command();
+        assert!(!boot.contains("nonce") && !boot.contains("patch"));
         let archive = input_archive(&s, &req).unwrap();
         let (len, rest) = archive.split_at(archive.iter().position(|b| *b == b'\n').unwrap() + 1);
         assert_eq!(
