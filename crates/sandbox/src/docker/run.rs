@@ -750,16 +750,8 @@ async fn run<S: Sink>(
     ahead: Option<&Ahead>,
 ) -> Result<Ran<S>, SandboxError> {
     let body = container_body(&spec);
-    let taken = match ahead {
-        Some(ahead) => {
-            let key = spec.key();
-            let taken = ahead.take(&key);
-            ahead.boot_next(docker, key, &body, removals);
-            taken
-        }
-        None => None,
-    };
-    let mut booted = match taken {
+    let key = spec.key();
+    let mut booted = match ahead.and_then(|a| a.take(&key)) {
         Some(mut b) => {
             // Its creation and start were off this execution's path.
             b.create = Duration::ZERO;
@@ -769,6 +761,10 @@ async fn run<S: Sink>(
         }
         None => boot(docker, &body, spec.image, warnings).await?,
     };
+    // The next one boots once this one has (two at once would slow this one's).
+    if let Some(ahead) = ahead {
+        ahead.boot_next(docker, key, &body, removals);
+    }
     let attached = booted
         .attached
         .take()
