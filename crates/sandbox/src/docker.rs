@@ -457,15 +457,7 @@ impl Inner {
         let found = crate::lock(&self.host_pythons)
             .get(&(w.clone(), standalone))
             .cloned();
-        let host = match found {
-            Some(host) => Ok(host),
-            None => tokio::task::spawn_blocking(move || {
-                find_python_where(&w, false, &cache, |p| !standalone || has_own_prefix(p))
-            })
-            .await
-            .map_err(|e| SandboxError::Infra(format!("interpreter search task: {e}")))?,
-        }
-        .map_err(|_| {
+        let no_python = |_: SandboxError| {
             if standalone {
                 SandboxError::BadInput(format!(
                     "this instance's tests run under `tox --current-env`, which needs a standalone Python {want} with a prefix of its own (not a virtualenv, not the system's /usr) to copy into the image; install one with `pyenv install {want}`"
@@ -475,8 +467,21 @@ impl Inner {
                     "the instance wants Python {want}; base image {base} has Python {have} and this machine has no Python {want} to copy into an image (looked on PATH, in /usr/local/bin, /usr/bin and pyenv's versions): install it (e.g. `pyenv install {want}`), or make a base image with it (`reprobench images bootstrap --suite SUITE --tag TAG` from a Debian suite that ships it) and pass --base-image TAG"
                 ))
             }
-        })?;
-        crate::lock(&self.host_pythons).insert((want.to_string(), standalone), host.clone());
+        };
+        let host = match found {
+            Some(host) => host,
+            None => {
+                let host = tokio::task::spawn_blocking(move || {
+                    find_python_where(&w, false, &cache, |p| !standalone || has_own_prefix(p))
+                })
+                .await
+                .map_err(|e| SandboxError::Infra(format!("interpreter search task: {e}")))?
+                .map_err(no_python)?;
+                crate::lock(&self.host_pythons)
+                    .insert((want.to_string(), standalone), host.clone());
+                host
+            }
+        };
         let key = reprobench_domain::swt::env_key(
             &format!("python-layer-v1 {base} {}", host.prefix.display()),
             std::slice::from_ref(&host.version),

@@ -753,10 +753,11 @@ async fn run<S: Sink>(
     let key = spec.key();
     let mut booted = match ahead.and_then(|a| a.take(&key)) {
         Some(mut b) => {
-            // Its creation and start were off this execution's path.
-            b.create = Duration::ZERO;
-            b.attach = Duration::ZERO;
-            b.start_requested_ns = unix_ns();
+            // Its creation and start were off this execution's path, which begins now.
+            b.times = HostTimes {
+                start_requested_ns: unix_ns(),
+                ..HostTimes::default()
+            };
             b
         }
         None => boot(docker, &body, spec.image, warnings).await?,
@@ -769,13 +770,15 @@ async fn run<S: Sink>(
         .attached
         .take()
         .expect("a booted container is driven once");
-    let times = HostTimes {
-        create: booted.create,
-        attach: booted.attach,
-        start_requested_ns: booted.start_requested_ns,
-        ..HostTimes::default()
-    };
-    let driven = drive(docker, &booted.container.id, attached, times, &spec, sink).await;
+    let driven = drive(
+        docker,
+        &booted.container.id,
+        attached,
+        booted.times,
+        &spec,
+        sink,
+    )
+    .await;
     // Removed on every path: here when we get this far, by the guard's Drop when cancelled.
     removals.remove(booted.container).await;
     driven
@@ -787,9 +790,8 @@ pub(super) struct Booted {
     container: Container,
     /// Its output and input, until an execution drives it.
     attached: Option<bollard::container::AttachContainerResults>,
-    create: Duration,
-    attach: Duration,
-    start_requested_ns: u64,
+    /// Creating, attaching and the start request; the rest is filled as it runs.
+    times: HostTimes,
 }
 
 /// Creates a container of `body`, attaches to it (before its start, so no output is missed)
@@ -827,9 +829,12 @@ async fn boot(
     Ok(Booted {
         container,
         attached: Some(attached),
-        create,
-        attach,
-        start_requested_ns,
+        times: HostTimes {
+            create,
+            attach,
+            start_requested_ns,
+            ..HostTimes::default()
+        },
     })
 }
 
@@ -851,10 +856,9 @@ struct AheadState {
     /// Off: every execution boots its own container.
     on: bool,
     spares: Mutex<Vec<Spare>>,
-    /// Keys being booted.
-    booting: Mutex<Vec<String>>,
-    /// How many are being booted, to wait on.
-    in_flight: tokio::sync::watch::Sender<usize>,
+    /// Keys being booted, each until its container is kept or its boot failed (watched, so
+    /// that draining can wait for them).
+    booting: tokio::sync::watch::Sender<Vec<String>>,
     serial: std::sync::atomic::AtomicU64,
 }
 
@@ -872,8 +876,7 @@ impl Ahead {
             state: Arc::new(AheadState {
                 on,
                 spares: Mutex::default(),
-                booting: Mutex::default(),
-                in_flight: tokio::sync::watch::channel(0).0,
+                booting: tokio::sync::watch::channel(Vec::new()).0,
                 serial: Default::default(),
             }),
         }
@@ -899,27 +902,27 @@ impl Ahead {
         if !state.on || crate::lock(&state.spares).iter().any(|s| s.key == key) {
             return;
         }
-        {
-            let mut booting = crate::lock(&state.booting);
-            if booting.contains(&key) {
-                return;
+        let claimed = state.booting.send_if_modified(|keys| {
+            let free = !keys.contains(&key);
+            if free {
+                keys.push(key.clone());
             }
-            booting.push(key.clone());
+            free
+        });
+        if !claimed {
+            return;
         }
-        state.in_flight.send_modify(|n| *n += 1);
         let (this, docker, body, removals) =
             (self.clone(), docker.clone(), body.clone(), removals.clone());
         tokio::spawn(async move {
             let image = body.image.clone().unwrap_or_default();
-            let booted = boot(&docker, &body, &image, &LimitWarnings::default()).await;
-            crate::lock(&this.state.booting).retain(|k| *k != key);
-            match booted {
-                Ok(booted) => this.keep(key, booted, &removals).await,
+            match boot(&docker, &body, &image, &LimitWarnings::default()).await {
+                Ok(booted) => this.keep(key.clone(), booted, &removals).await,
                 Err(e) => debug!(error = %e, "booting an execution container ahead failed"),
             }
             this.state
-                .in_flight
-                .send_modify(|n| *n = n.saturating_sub(1));
+                .booting
+                .send_modify(|keys| keys.retain(|k| *k != key));
         });
     }
 
@@ -959,14 +962,14 @@ impl Ahead {
     pub(super) fn count(&self) -> (usize, usize) {
         (
             crate::lock(&self.state.spares).len(),
-            *self.state.in_flight.borrow(),
+            self.state.booting.borrow().len(),
         )
     }
 
     /// Removes every container booted ahead, once those being booted are.
     pub(super) async fn drain(&self, removals: &Removals) {
-        let mut in_flight = self.state.in_flight.subscribe();
-        let _ = in_flight.wait_for(|n| *n == 0).await;
+        let mut booting = self.state.booting.subscribe();
+        let _ = booting.wait_for(|keys| keys.is_empty()).await;
         let spares = std::mem::take(&mut *crate::lock(&self.state.spares));
         for s in spares {
             removals.remove(s.booted.container).await;
