@@ -1092,12 +1092,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         &["--rules", "swt-bench-2024"],
     )?;
     let official = official_verdicts(&a, &slice, &preds)?;
-    let boot_ahead = if executor == "docker" {
-        say("the same predictions again, every container booted on the execution's path, then booted ahead (the base runs cached for both)".into());
-        boot_ahead_comparison(&root, &rows, &predictions.display().to_string())?
-    } else {
-        serde_json::Value::Null
-    };
+    let ahead = ahead_comparison(&root, &rows, &predictions.display().to_string(), &executor, &say)?;
     let run_cold = execution_figures(&cold).run;
     let warm_figures = execution_figures(&warm1);
     let (overhead, test) = (&warm_figures.overhead, &warm_figures.test);
@@ -1135,7 +1130,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "new_predictions_mean_coverage": preds["mean_coverage"],
         "new_predictions_mean_coverage_delta": preds["mean_coverage_delta"],
         "new_predictions_official_verdicts": official,
-        "boot_ahead": boot_ahead,
+        "ahead": ahead,
         "gold_mean_coverage_delta": cold["mean_coverage_delta"],
         "overhead_ms_median": overhead_ms_median,
         "test_ms_median": test_ms_median,
@@ -1150,43 +1145,59 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     finish_slice(&root, a.work.is_none(), &v, a.json)
 }
 
-/// The docker executor's prediction runs without and with containers booted ahead, one after
-/// the other from the same cache (gold and base executions cached by the run before): walls,
-/// efficiency and phases of each, and the wall ratio.
-fn boot_ahead_comparison(
+/// The prediction runs without and with the next execution prepared ahead (docker: its
+/// container booted, `--no-boot-ahead`; process: its tree staged, `--no-stage-ahead`), on 1
+/// node and on 2, each pair one after the other from the same cache (gold and base executions
+/// cached by the run before): walls, efficiency and phases of each, and the wall ratios.
+fn ahead_comparison(
     root: &std::path::Path,
     rows: &std::path::Path,
     predictions: &str,
+    executor: &str,
+    say: &dyn Fn(String),
 ) -> Result<serde_json::Value> {
-    let mut arms = serde_json::Map::new();
-    let mut walls = Vec::new();
-    for (name, data, flag) in [
-        ("without", "data-preds-unbooted", Some("--no-boot-ahead")),
-        ("with", "data-preds-booted", None),
-    ] {
-        let mut extra = vec!["--rules", "swt-bench-2024", "--new"];
-        extra.extend(flag);
-        let (run, wall) = slice_eval(root, rows, predictions, "docker", 1, data, &extra)?;
-        let figures = execution_figures(&run);
-        walls.push(wall);
+    let off_flag = if executor == "docker" {
+        "--no-boot-ahead"
+    } else {
+        "--no-stage-ahead"
+    };
+    let mut by_nodes = serde_json::Map::new();
+    for nodes in [1u32, 2] {
+        say(format!(
+            "the same predictions again on {nodes} node(s), with {off_flag}, then without it (the base runs cached for both)"
+        ));
+        let mut arms = serde_json::Map::new();
+        let mut walls = Vec::new();
+        for (name, flag) in [("without", Some(off_flag)), ("with", None)] {
+            let mut extra = vec!["--rules", "swt-bench-2024", "--new"];
+            extra.extend(flag);
+            let data = format!("data-preds-{nodes}-{name}");
+            let (run, wall) = slice_eval(root, rows, predictions, executor, nodes, &data, &extra)?;
+            let figures = execution_figures(&run);
+            walls.push(wall);
+            arms.insert(
+                name.into(),
+                serde_json::json!({
+                    "wall_s": wall,
+                    "executions": figures.run,
+                    "efficiency": figures.efficiency(wall, nodes as usize),
+                    "overhead_ms_median": median(figures.overhead.clone()),
+                    "test_ms_median": median(figures.test.clone()),
+                    "phases": figures.phases_json(),
+                    "resolved": run["resolved"],
+                }),
+            );
+        }
         arms.insert(
-            name.into(),
-            serde_json::json!({
-                "wall_s": wall,
-                "executions": figures.run,
-                "efficiency": figures.efficiency(wall, 1),
-                "overhead_ms_median": median(figures.overhead.clone()),
-                "test_ms_median": median(figures.test.clone()),
-                "phases": figures.phases_json(),
-                "resolved": run["resolved"],
-            }),
+            "wall_ratio_with_to_without".into(),
+            (walls[1] / walls[0]).into(),
         );
+        by_nodes.insert(format!("{nodes}_node"), arms.into());
     }
-    arms.insert(
-        "wall_ratio_with_to_without".into(),
-        (walls[1] / walls[0]).into(),
-    );
-    Ok(arms.into())
+    let mut v = serde_json::Map::new();
+    v.insert("off_flag".into(), off_flag.into());
+    v.extend(by_nodes);
+    Ok(v.into())
 }
 
 /// Removes the slice benchmark's scratch directory (unless `--work` named it) and prints its figures.

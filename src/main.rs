@@ -143,6 +143,11 @@ pub struct NodeOptions {
     /// buys.
     #[arg(long)]
     no_boot_ahead: bool,
+    /// Make every process execution stage its own tree (copy, patches, seal) on its path. By
+    /// default the tree of an instance's next execution is staged while one runs; this flag
+    /// is the baseline that measures what that buys.
+    #[arg(long)]
+    no_stage_ahead: bool,
     /// Replay recorded LLM transcripts (a file or directory) instead of calling backbones: runs
     /// are deterministic re-runs and are reported as replays.
     #[arg(long, value_name = "PATH")]
@@ -243,6 +248,7 @@ impl NodeOptions {
         s.preassess_replicas = self.preassess_replicas.max(1);
         s.docker.disk_budget_bytes = self.image_budget_gb << 30;
         s.docker.boot_ahead = !self.no_boot_ahead;
+        s.stage_ahead = !self.no_stage_ahead;
         s.repos = Self::absolute(s.repos);
         s.cache_dir = Self::absolute(s.cache_dir);
         s.artifacts = Self::absolute(s.artifacts);

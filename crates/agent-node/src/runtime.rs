@@ -70,9 +70,17 @@ pub struct SwtSettings {
     /// Run process executions this node cannot isolate (no network namespace, limits not
     /// set) instead of refusing them; every report then says so.
     pub allow_unisolated_process: bool,
+    /// The process executor stages the next execution's tree while one runs (`--no-stage-ahead`
+    /// turns it off).
+    #[serde(default = "stage_ahead_default")]
+    pub stage_ahead: bool,
     /// What a sweep may make this node run besides the evaluation itself.
     #[serde(default)]
     pub code: CodePolicy,
+}
+
+fn stage_ahead_default() -> bool {
+    true
 }
 
 /// What a node lets a sweep run besides the evaluation itself (`reprobench node --allow-*`).
@@ -136,6 +144,7 @@ impl Default for SwtSettings {
             preassess_replicas: reprobench_android::executor::DEFAULT_PREASSESS_REPLICAS,
             emulator: None,
             allow_unisolated_process: false,
+            stage_ahead: true,
             code: CodePolicy::default(),
         }
     }
@@ -214,7 +223,8 @@ async fn build_executors(
             ExecutorKind::Process => {
                 let sandbox = Arc::new(
                     ProcessSandbox::new(process_cache_dir(&s.cache_dir))
-                        .allow_unisolated(s.allow_unisolated_process),
+                        .allow_unisolated(s.allow_unisolated_process)
+                        .stage_ahead(s.stage_ahead),
                 );
                 let e = SwtExecutor::new(
                     sandbox,

@@ -301,10 +301,23 @@ impl SwtExecutor {
         })
     }
 
-    async fn execute(&self, job: &Job<'_>, step: &Step<'_>) -> Result<Execution, SandboxError> {
-        if let Some(e) = self.cached(job, step) {
-            return Ok(e);
-        }
+    /// Whether `step` will be read from the cache rather than run, once the steps before it
+    /// ran: its cache file is there, or (`golden_pred`: the prediction's test patch is the
+    /// golden one) it is a gold step, whose file the prediction's step writes.
+    fn will_be_cached(&self, job: &Job<'_>, step: &Step<'_>, golden_pred: bool) -> bool {
+        let twin_made = matches!(step.which, Which::Gold) && golden_pred;
+        twin_made || self.cache_file(job, step).is_some_and(|f| f.exists())
+    }
+
+    /// Tells the sandbox that `step` runs next, so that it can prepare its tree while the
+    /// current execution runs.
+    fn announce(&self, job: &Job<'_>, step: &Step<'_>) {
+        self.sandbox
+            .exec_ahead(job.prepared, &self.request(job, step));
+    }
+
+    /// The sandbox request of `step`.
+    fn request(&self, job: &Job<'_>, step: &Step<'_>) -> ExecRequest {
         let traced = coverage_files(job.payload);
         let plan = script::Plan {
             test_patch: step.test_patch,
@@ -315,11 +328,20 @@ impl SwtExecutor {
             setup: &job.payload.env.eval_commands,
             coverage_files: traced.as_deref(),
         };
-        let request = ExecRequest {
+        ExecRequest {
             limits: job.limits.clone(),
             ..script::build(&plan)
-        };
-        let out = self.sandbox.exec(job.prepared, request).await?;
+        }
+    }
+
+    async fn execute(&self, job: &Job<'_>, step: &Step<'_>) -> Result<Execution, SandboxError> {
+        if let Some(e) = self.cached(job, step) {
+            return Ok(e);
+        }
+        let out = self
+            .sandbox
+            .exec(job.prepared, self.request(job, step))
+            .await?;
         let report = script::read(&out);
         let record = ExecRecord {
             exit_code: if report.started { out.exit_code } else { None },

@@ -495,6 +495,11 @@ pub trait Sandbox: Send + Sync {
     }
     /// Builds (or finds cached) the environment for a recipe.
     fn prepare(&self, recipe: &EnvRecipe) -> crate::BoxFuture<Result<Prepared, SandboxError>>;
+    /// Says that an execution of `req` on `prepared` comes next, so the sandbox may prepare
+    /// its tree while another execution runs (process: staged ahead); the `exec` of an equal
+    /// request then runs in it, exactly as in a tree prepared on its path. Only a hint:
+    /// nothing by default, and an announced execution that never comes is discarded.
+    fn exec_ahead(&self, _prepared: &Prepared, _req: &ExecRequest) {}
     /// Runs one execution in a fresh copy of a prepared environment.
     fn exec(
         &self,

@@ -402,23 +402,38 @@ impl SwtExecutor {
             (Which::Base, false, None, &targets.pred),
             (Which::Base, true, None, &targets.pred),
         ];
-        let mut runs = SixRuns {
-            executions: Default::default(),
-            timed_out_at: None,
-        };
-        for (i, (which, post, test_patch, directives)) in steps.into_iter().enumerate() {
-            let step = Step {
+        let steps: Vec<Step> = steps
+            .into_iter()
+            .enumerate()
+            .map(|(i, (which, post, test_patch, directives))| Step {
                 label: RUNS[i],
                 which,
                 post,
                 test_patch,
                 directives,
-            };
+            })
+            .collect();
+        // A prediction whose test patch is the golden one writes the gold steps' cache.
+        let golden = pred == gold;
+        let mut runs = SixRuns {
+            executions: Default::default(),
+            timed_out_at: None,
+        };
+        for (i, step) in steps.iter().enumerate() {
             if runs.timed_out_at.is_some() {
-                runs.executions[i] = self.cached(job, &step);
+                runs.executions[i] = self.cached(job, step);
                 continue;
             }
-            let e = unless_cancelled(ctx, self.execute(job, &step))
+            if !self.will_be_cached(job, step, golden) {
+                // The next execution's tree is prepared while this one runs.
+                if let Some(next) = steps[i + 1..]
+                    .iter()
+                    .find(|s| !self.will_be_cached(job, s, golden))
+                {
+                    self.announce(job, next);
+                }
+            }
+            let e = unless_cancelled(ctx, self.execute(job, step))
                 .await?
                 .map_err(sandbox_error)?;
             if e.record.timed_out {

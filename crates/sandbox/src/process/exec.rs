@@ -563,11 +563,19 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// Runs one execution of `req` (on a blocking thread).
-pub(super) fn exec_blocking(ctx: &Context, req: ExecRequest) -> Result<ExecOutput, SandboxError> {
-    let started = Instant::now();
-    let mut clock = PhaseClock::new(started);
-    validate(&req)?;
+/// An execution's tree, staged: its work directory, what staging printed, and the phases it
+/// took (`workdir`, `copy`, `stage`).
+pub(super) struct StagedTree {
+    work: WorkDir,
+    report: stage::StageReport,
+    phases: Vec<crate::Phase>,
+}
+
+/// Phase 1 of an execution of `req` (on a blocking thread): its work directory, the checkout's
+/// copy with the request's files, then the patches and the seal.
+pub(super) fn stage_blocking(ctx: &Context, req: &ExecRequest) -> Result<StagedTree, SandboxError> {
+    let mut clock = PhaseClock::new(Instant::now());
+    validate(req)?;
     let disk_mb = req.limits.disk_mb.max(1);
     // The stage (a copy of the checkout), on a tmpfs of its own when root.
     let work = WorkDir::create(&ctx.cache, ctx.as_root, disk_mb.saturating_mul(2))?;
@@ -580,15 +588,62 @@ pub(super) fn exec_blocking(ctx: &Context, req: ExecRequest) -> Result<ExecOutpu
     })?;
     write_files(&work.path("stage"), &req.files)?;
     clock.lap("copy");
-    let staged = stage_tree(ctx, &work, &req)?;
+    let report = stage_tree(ctx, &work, req)?;
     clock.lap("stage");
+    Ok(StagedTree {
+        work,
+        report,
+        phases: clock.phases,
+    })
+}
+
+/// Runs one execution of `req` (on a blocking thread) that began at `begun`. Its tree is
+/// `ahead` when that was staged ahead (with the time the execution waited for it), else staged
+/// now. `command_started` is called once the command runs.
+pub(super) fn exec_blocking(
+    ctx: &Context,
+    req: ExecRequest,
+    begun: Instant,
+    ahead: Option<(StagedTree, Duration)>,
+    command_started: &dyn Fn(),
+) -> Result<ExecOutput, SandboxError> {
+    let mut clock = PhaseClock::new(begun);
+    // All of the request, not only what its tree depends on.
+    validate(&req)?;
+    let tree = match ahead {
+        Some((tree, _waited)) => {
+            // Staged off the execution's path: its phases took none of the execution's time.
+            for p in &tree.phases {
+                clock.phases.push(crate::Phase {
+                    name: p.name,
+                    took: Duration::ZERO,
+                });
+            }
+            // What the execution waited for the tree still being staged.
+            clock.lap("ahead");
+            tree
+        }
+        None => {
+            let tree = stage_blocking(ctx, &req)?;
+            clock.phases.extend(tree.phases.iter().copied());
+            clock.last = Instant::now();
+            tree
+        }
+    };
     let uid = ctx.as_root.then(ExecutionUid::draw);
-    let mut out = run_command(ctx, &work, &req, uid.as_ref().map(|u| u.0), &mut clock)?;
-    out.prepare_log = staged.log;
-    out.patches = staged.patches;
-    drop(work);
+    let mut out = run_command(
+        ctx,
+        &tree.work,
+        &req,
+        uid.as_ref().map(|u| u.0),
+        &mut clock,
+        command_started,
+    )?;
+    out.prepare_log = tree.report.log;
+    out.patches = tree.report.patches;
+    drop(tree.work);
     clock.lap("cleanup");
-    out.overhead = started.elapsed().saturating_sub(out.command_time);
+    out.overhead = begun.elapsed().saturating_sub(out.command_time);
     out.phases = clock.phases;
     Ok(out)
 }
@@ -798,6 +853,7 @@ fn run_command(
     req: &ExecRequest,
     uid: Option<u32>,
     clock: &mut PhaseClock,
+    command_started: &dyn Fn(),
 ) -> Result<ExecOutput, SandboxError> {
     let disk_mb = req.limits.disk_mb.max(1);
     let (repo, support) = command_dirs(ctx, work, uid)?;
@@ -884,6 +940,7 @@ fn run_command(
     let stage_dir = work.path("stage");
     let status = running.wait(spawned + timeout + STAGE_TIMEOUT, &ctx.cancelled, || {
         let ready = reports.poll()?;
+        command_started();
         // The tree is in the sandbox: the stage's copy need not take memory while the test runs.
         let stage_dir = stage_dir.clone();
         std::thread::spawn(move || std::fs::remove_dir_all(stage_dir));

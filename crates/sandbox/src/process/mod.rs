@@ -6,6 +6,7 @@
 //! environment read-only, and nothing else of the host's but its system directories. A node
 //! that cannot give executions that refuses them, unless allowed to run them unisolated.
 
+mod ahead;
 mod checkout;
 mod exec;
 mod host;
@@ -48,6 +49,8 @@ pub struct ProcessSandbox {
     /// dpkg-query and `locale -a` are asked once; one found missing is asked again, since the
     /// user may install it after reading the error.
     on_host: Mutex<std::collections::BTreeSet<String>>,
+    /// Trees staged ahead of their executions.
+    ahead: Arc<ahead::StageAhead>,
 }
 
 /// A command the process sandbox runs on the host failed.
@@ -125,7 +128,16 @@ impl ProcessSandbox {
             isolation_problem,
             allow_unisolated: false,
             on_host: Mutex::new(Default::default()),
+            ahead: Arc::new(ahead::StageAhead::new(true)),
         }
+    }
+
+    /// The same sandbox, staging the tree of an announced execution ahead
+    /// ([`Sandbox::exec_ahead`]) when `on` (the default), or every tree on its execution's
+    /// path (the node's `--no-stage-ahead`, the baseline that measures what staging ahead buys).
+    pub fn stage_ahead(mut self, on: bool) -> ProcessSandbox {
+        self.ahead = Arc::new(ahead::StageAhead::new(on));
+        self
     }
 
     /// The same sandbox, running executions it cannot isolate anyway when `allow` (the node's
@@ -265,44 +277,66 @@ impl Sandbox for ProcessSandbox {
         })
     }
 
+    fn exec_ahead(&self, prepared: &Prepared, req: &ExecRequest) {
+        if let Ok(ctx) = self.context(prepared) {
+            self.ahead.announce(ctx, req);
+        }
+    }
+
     fn exec(
         &self,
         prepared: &Prepared,
         req: ExecRequest,
     ) -> BoxFuture<Result<ExecOutput, SandboxError>> {
+        let begun = std::time::Instant::now();
+        let ctx = match self.context(prepared) {
+            Ok(ctx) => ctx,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let ahead = self.ahead.clone();
+        Box::pin(async move {
+            // Dropped with this future: a cancelled attempt's execution is killed at once.
+            let _cancel = exec::CancelOnDrop(ctx.cancelled.clone());
+            let tree = ahead.take(&ahead::StageKey::of(&ctx.template, &req)).await;
+            tokio::task::spawn_blocking(move || {
+                exec::exec_blocking(&ctx, req, begun, tree, &|| ahead.start())
+            })
+            .await
+            .map_err(|e| infra("execution task", e))?
+        })
+    }
+
+    fn settle(&self) -> BoxFuture<()> {
+        let ahead = self.ahead.clone();
+        Box::pin(async move { ahead.settle().await })
+    }
+}
+
+impl ProcessSandbox {
+    /// What an execution on `prepared` needs besides its request, or why this node refuses it.
+    fn context(&self, prepared: &Prepared) -> Result<exec::Context, SandboxError> {
         let isolation = match (&self.isolation_problem, &self.bwrap, self.allow_unisolated) {
             (None, Some(bwrap), _) => exec::Isolation::Bwrap(bwrap.clone()),
             (_, _, true) => exec::Isolation::Unisolated,
             (problem, _, false) => {
-                let message = format!(
+                return Err(SandboxError::Infra(format!(
                     "this node cannot isolate process executions, so it refuses to run them: {}. Or start the node with --allow-unisolated-process to run them without isolation (every report then says so)",
                     problem.as_deref().unwrap_or("bubblewrap is missing")
-                );
-                return Box::pin(async move { Err(SandboxError::Infra(message)) });
+                )));
             }
         };
         let Prepared::Checkout { template, venv } = prepared.clone() else {
-            return Box::pin(async move {
-                Err(SandboxError::Infra(
-                    "the process sandbox was handed a docker image".into(),
-                ))
-            });
+            return Err(SandboxError::Infra(
+                "the process sandbox was handed a docker image".into(),
+            ));
         };
-        let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ctx = exec::Context {
+        Ok(exec::Context {
             cache: self.cache_dir.clone(),
             template,
             venv,
             as_root: self.as_root,
             isolation,
-            cancelled: cancelled.clone(),
-        };
-        Box::pin(async move {
-            // Dropped with this future: a cancelled attempt's execution is killed at once.
-            let _cancel = exec::CancelOnDrop(cancelled);
-            tokio::task::spawn_blocking(move || exec::exec_blocking(&ctx, req))
-                .await
-                .map_err(|e| infra("execution task", e))?
+            cancelled: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         })
     }
 }
@@ -545,6 +579,90 @@ mod tests {
             sb.exec(&prepared, bad).await,
             Err(SandboxError::BadInput(_))
         ));
+    }
+
+    /// A patch that adds `name` holding `line`.
+    fn adding(name: &str, line: &str) -> crate::PatchFile {
+        crate::PatchFile {
+            label: "test".into(),
+            contents: format!(
+                "diff --git a/{name} b/{name}\nnew file mode 100644\n--- /dev/null\n+++ b/{name}\n@@ -0,0 +1 @@\n+{line}\n"
+            )
+            .into_bytes(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tree_staged_ahead_is_the_tree_staged_on_the_executions_path() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (bare, commit) = mirror(dir.path(), &[("app.py", "print('from app')\n")]);
+        let sb = ProcessSandbox::new(dir.path().join("cache"));
+        let prepared = sb.prepare(&recipe(bare, commit)).await.unwrap();
+        // What the command can see of its tree: names, sizes, times, modes, git's view.
+        let look = "find . -path ./.git -prune -o -printf '%p %s %T@ %m\\n' | sort; git status --porcelain; git log --format='%H %ad'; cat new.py";
+        let b = ExecRequest {
+            patches: vec![adding("new.py", "X = 2")],
+            ..req(&["bash", "-c", look], Duration::from_secs(60))
+        };
+        let phase_names = |o: &ExecOutput| o.phases.iter().map(|p| p.name).collect::<Vec<_>>();
+        let took =
+            |o: &ExecOutput, name: &str| o.phases.iter().find(|p| p.name == name).map(|p| p.took);
+
+        // Announced, then staged while the execution before it runs, then taken.
+        sb.exec_ahead(&prepared, &b);
+        assert_eq!(sb.ahead.len(), 1);
+        let first = sb
+            .exec(&prepared, req(&["true"], Duration::from_secs(60)))
+            .await
+            .unwrap();
+        assert_eq!(took(&first, "ahead"), None, "nothing was staged for it");
+        let ahead = sb.exec(&prepared, b.clone()).await.unwrap();
+        assert_eq!(ahead.exit_code, Some(0), "{}", ahead.output);
+        assert_eq!(
+            phase_names(&ahead),
+            [
+                "workdir", "copy", "stage", "ahead", "unpack", "command", "collect", "cleanup"
+            ]
+        );
+        for off_path in ["workdir", "copy", "stage"] {
+            assert_eq!(took(&ahead, off_path), Some(Duration::ZERO), "{off_path}");
+        }
+        assert_eq!(sb.ahead.len(), 0, "taken");
+        assert_eq!(ahead.patches.len(), 1);
+        assert!(ahead.patches[0].applied, "{}", ahead.prepare_log);
+
+        // The same request staged on its path sees the same tree, to the second and the bit.
+        let on_path = sb.exec(&prepared, b.clone()).await.unwrap();
+        assert_eq!(took(&on_path, "ahead"), None);
+        assert!(took(&on_path, "stage").unwrap() > Duration::ZERO);
+        assert_eq!(on_path.output, ahead.output);
+        assert!(on_path.output.contains("X = 2"), "{}", on_path.output);
+
+        // A tree staged for another request is not taken; settling removes it.
+        let c = ExecRequest {
+            patches: vec![adding("new.py", "X = 3")],
+            ..b.clone()
+        };
+        sb.exec_ahead(&prepared, &c);
+        sb.exec(&prepared, req(&["true"], Duration::from_secs(60)))
+            .await
+            .unwrap();
+        let other = sb.exec(&prepared, b.clone()).await.unwrap();
+        assert_eq!(took(&other, "ahead"), None);
+        assert_eq!(other.output, ahead.output);
+        assert_eq!(sb.ahead.len(), 1);
+        sb.settle().await;
+        assert_eq!(sb.ahead.len(), 0);
+        let left = std::fs::read_dir(dir.path().join("cache/work"))
+            .unwrap()
+            .count();
+        assert_eq!(left, 0, "no work directory is left");
+
+        // Off: nothing is announced.
+        let off = ProcessSandbox::new(dir.path().join("cache")).stage_ahead(false);
+        off.exec_ahead(&prepared, &b);
+        assert_eq!(off.ahead.len(), 0);
     }
 
     #[tokio::test]
