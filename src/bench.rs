@@ -1092,7 +1092,13 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         &["--rules", "swt-bench-2024"],
     )?;
     let official = official_verdicts(&a, &slice, &preds)?;
-    let ahead = ahead_comparison(&root, &rows, &predictions.display().to_string(), &executor, &say)?;
+    let ahead = ahead_comparison(
+        &root,
+        &rows,
+        &predictions.display().to_string(),
+        &executor,
+        &say,
+    )?;
     let run_cold = execution_figures(&cold).run;
     let warm_figures = execution_figures(&warm1);
     let (overhead, test) = (&warm_figures.overhead, &warm_figures.test);

@@ -6,6 +6,9 @@ use reprobench_domain::outcome::{AttemptRef, FailureClass, Outcome};
 use reprobench_domain::swt::{EvalLimits, SwtAgent, SwtInstance, SwtPayload, load_dataset};
 use reprobench_executor::{AttemptContext, AttemptEnd, AttemptSpec, Executor};
 use reprobench_sandbox::process::ProcessSandbox;
+use reprobench_sandbox::{
+    EnvRecipe, ExecOutput, ExecRequest, PatchFile, Prepared, Sandbox, SandboxError,
+};
 use reprobench_swt::mirror;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -217,4 +220,128 @@ async fn predictions_fall_into_their_categories() {
         (o.failure_class, o.error_class.as_str()),
         (FailureClass::BadInput, "bad_input:patch_outside_repo")
     );
+}
+
+/// A process sandbox that records, in order, the executions it is told come next and those it
+/// runs (by their patches), and otherwise does what the process sandbox does.
+struct Recording {
+    inner: ProcessSandbox,
+    log: std::sync::Mutex<Vec<(&'static str, Vec<PatchFile>)>>,
+}
+
+impl Sandbox for Recording {
+    fn kind(&self) -> reprobench_domain::registry::ExecutorKind {
+        self.inner.kind()
+    }
+    fn identity(&self) -> String {
+        self.inner.identity()
+    }
+    fn prepare(
+        &self,
+        recipe: &EnvRecipe,
+    ) -> reprobench_sandbox::BoxFuture<Result<Prepared, SandboxError>> {
+        self.inner.prepare(recipe)
+    }
+    fn exec_ahead(&self, prepared: &Prepared, req: &ExecRequest) {
+        self.log
+            .lock()
+            .unwrap()
+            .push(("ahead", req.patches.clone()));
+        self.inner.exec_ahead(prepared, req)
+    }
+    fn exec(
+        &self,
+        prepared: &Prepared,
+        req: ExecRequest,
+    ) -> reprobench_sandbox::BoxFuture<Result<ExecOutput, SandboxError>> {
+        self.log.lock().unwrap().push(("exec", req.patches.clone()));
+        self.inner.exec(prepared, req)
+    }
+}
+
+#[tokio::test]
+async fn each_execution_after_an_instances_first_is_announced_and_runs_in_the_tree_staged_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ds = load_dataset("swt-mini", &datasets(), None).unwrap();
+    let repos = dir.path().join("repos");
+    mirror::prepare(&datasets().join("swt-mini/src"), &repos, &ds.instances).unwrap();
+    let sandbox = Arc::new(Recording {
+        inner: ProcessSandbox::new(dir.path().join("sandbox")),
+        log: Default::default(),
+    });
+    let f = Fixture {
+        exec: SwtExecutor::new(
+            sandbox.clone(),
+            repos,
+            dir.path().join("cache"),
+            dir.path().join("artifacts"),
+        ),
+        _dir: dir,
+        instances: ds.instances,
+    };
+    let inst = f
+        .instances
+        .iter()
+        .find(|i| i.env.as_ref().unwrap().log_parser == "pytest")
+        .unwrap()
+        .clone();
+    let other = append_test(
+        "",
+        "tests/test_other.py",
+        "def test_other():\n    assert True\n",
+    );
+    let agents = [
+        // Cold: the prediction (the golden test patch) before and after, then the base runs;
+        // the gold runs are the prediction's own.
+        (SwtAgent::Gold, 4),
+        // Gold and base cached, other test files: its own two runs and the base runs.
+        (
+            SwtAgent::Prediction {
+                model: "m".into(),
+                patch: Some(other),
+            },
+            4,
+        ),
+    ];
+    for (agent, runs) in agents {
+        sandbox.log.lock().unwrap().clear();
+        let o = evaluate(&f, &inst, agent, 120).await;
+        let d = details(&o);
+        let log = sandbox.log.lock().unwrap().clone();
+        let of = |what: &str| -> Vec<Vec<PatchFile>> {
+            log.iter()
+                .filter(|(w, _)| *w == what)
+                .map(|(_, p)| p.clone())
+                .collect()
+        };
+        let (ran, announced) = (of("exec"), of("ahead"));
+        assert_eq!(ran.len(), runs, "{log:?}");
+        // Every execution but the first was announced, in order, and nothing else was.
+        assert_eq!(announced, ran[1..].to_vec(), "{log:?}");
+        // ... while the one before it ran, not after.
+        for (i, (what, _)) in log.iter().enumerate().filter(|(_, (w, _))| *w == "ahead") {
+            assert_eq!(
+                log.get(i + 1).map(|(w, _)| *w),
+                Some("exec"),
+                "{what}: {log:?}"
+            );
+        }
+        // Each announced execution ran in the tree staged for it (a cached execution's record
+        // is that of the run it was read from).
+        let staged_ahead = d["executions"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter(|e| e["cached"] == false)
+            .filter(|e| {
+                e["timings"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|t| t["phase"] == "ahead")
+            })
+            .count();
+        assert_eq!(staged_ahead, runs - 1, "{d:#}");
+    }
 }
