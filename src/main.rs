@@ -21,6 +21,7 @@ mod swt_report;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reprobench_domain::kind::SlotSpec;
+use reprobench_sandbox::process::StageAheadMode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -117,6 +118,17 @@ struct Target {
     tls_server_name: Option<String>,
 }
 
+/// `--stage-ahead`'s values (`reprobench_sandbox::process::StageAheadMode`).
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum StageAheadArg {
+    /// Never.
+    Off,
+    /// When a core is idle as an execution's command starts.
+    WhenIdle,
+    /// Always.
+    Always,
+}
+
 /// A node's settings, for every executor kind: where SWT executors find repositories and keep
 /// caches, the docker image and disk, the android simulator and emulators, and what the node lets
 /// a sweep run (for `node`, and the local nodes of `run`, `eval` and `quickstart`).
@@ -143,11 +155,12 @@ pub struct NodeOptions {
     /// buys.
     #[arg(long)]
     no_boot_ahead: bool,
-    /// Make every process execution stage its own tree (copy, patches, seal) on its path. By
-    /// default the tree of an instance's next execution is staged while one runs; this flag
-    /// is the baseline that measures what that buys.
-    #[arg(long)]
-    no_stage_ahead: bool,
+    /// When the process executor stages the tree (copy, patches, seal) of an instance's next
+    /// execution while one runs: `when-idle` (a core is idle as the command starts, so it takes
+    /// no CPU from running tests), `always`, or `off` (each execution stages its own tree on
+    /// its path: the baseline that measures what staging ahead buys).
+    #[arg(long, value_enum, value_name = "WHEN", default_value = "when-idle")]
+    stage_ahead: StageAheadArg,
     /// Replay recorded LLM transcripts (a file or directory) instead of calling backbones: runs
     /// are deterministic re-runs and are reported as replays.
     #[arg(long, value_name = "PATH")]
@@ -248,7 +261,11 @@ impl NodeOptions {
         s.preassess_replicas = self.preassess_replicas.max(1);
         s.docker.disk_budget_bytes = self.image_budget_gb << 30;
         s.docker.boot_ahead = !self.no_boot_ahead;
-        s.stage_ahead = !self.no_stage_ahead;
+        s.stage_ahead = match self.stage_ahead {
+            StageAheadArg::Off => StageAheadMode::Off,
+            StageAheadArg::WhenIdle => StageAheadMode::WhenIdle,
+            StageAheadArg::Always => StageAheadMode::Always,
+        };
         s.repos = Self::absolute(s.repos);
         s.cache_dir = Self::absolute(s.cache_dir);
         s.artifacts = Self::absolute(s.artifacts);

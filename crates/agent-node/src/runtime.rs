@@ -70,17 +70,13 @@ pub struct SwtSettings {
     /// Run process executions this node cannot isolate (no network namespace, limits not
     /// set) instead of refusing them; every report then says so.
     pub allow_unisolated_process: bool,
-    /// The process executor stages the next execution's tree while one runs (`--no-stage-ahead`
-    /// turns it off).
-    #[serde(default = "stage_ahead_default")]
-    pub stage_ahead: bool,
+    /// When the process executor stages the next execution's tree while one runs
+    /// (`--stage-ahead`).
+    #[serde(default)]
+    pub stage_ahead: reprobench_sandbox::process::StageAheadMode,
     /// What a sweep may make this node run besides the evaluation itself.
     #[serde(default)]
     pub code: CodePolicy,
-}
-
-fn stage_ahead_default() -> bool {
-    true
 }
 
 /// What a node lets a sweep run besides the evaluation itself (`reprobench node --allow-*`).
@@ -144,7 +140,7 @@ impl Default for SwtSettings {
             preassess_replicas: reprobench_android::executor::DEFAULT_PREASSESS_REPLICAS,
             emulator: None,
             allow_unisolated_process: false,
-            stage_ahead: true,
+            stage_ahead: Default::default(),
             code: CodePolicy::default(),
         }
     }

@@ -267,7 +267,8 @@ async fn each_execution_after_an_instances_first_is_announced_and_runs_in_the_tr
     let repos = dir.path().join("repos");
     mirror::prepare(&datasets().join("swt-mini/src"), &repos, &ds.instances).unwrap();
     let sandbox = Arc::new(Recording {
-        inner: ProcessSandbox::new(dir.path().join("sandbox")),
+        inner: ProcessSandbox::new(dir.path().join("sandbox"))
+            .stage_ahead(reprobench_sandbox::process::StageAheadMode::Always),
         log: Default::default(),
     });
     let f = Fixture {

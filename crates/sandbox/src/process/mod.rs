@@ -7,6 +7,7 @@
 //! that cannot give executions that refuses them, unless allowed to run them unisolated.
 
 mod ahead;
+pub use ahead::StageAheadMode;
 mod checkout;
 mod exec;
 mod host;
@@ -128,15 +129,15 @@ impl ProcessSandbox {
             isolation_problem,
             allow_unisolated: false,
             on_host: Mutex::new(Default::default()),
-            ahead: Arc::new(ahead::StageAhead::new(true)),
+            ahead: Arc::new(ahead::StageAhead::new(StageAheadMode::default())),
         }
     }
 
-    /// The same sandbox, staging the tree of an announced execution ahead
-    /// ([`Sandbox::exec_ahead`]) when `on` (the default), or every tree on its execution's
-    /// path (the node's `--no-stage-ahead`, the baseline that measures what staging ahead buys).
-    pub fn stage_ahead(mut self, on: bool) -> ProcessSandbox {
-        self.ahead = Arc::new(ahead::StageAhead::new(on));
+    /// The same sandbox, staging the tree of an announced execution ([`Sandbox::exec_ahead`])
+    /// ahead as `mode` says (the node's `--stage-ahead`; `Off` is the baseline that measures
+    /// what staging ahead buys).
+    pub fn stage_ahead(mut self, mode: StageAheadMode) -> ProcessSandbox {
+        self.ahead = Arc::new(ahead::StageAhead::new(mode));
         self
     }
 
@@ -597,7 +598,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let (bare, commit) = mirror(dir.path(), &[("app.py", "print('from app')\n")]);
-        let sb = ProcessSandbox::new(dir.path().join("cache"));
+        // Always: the test's result must not depend on what else runs on the machine.
+        let sb = ProcessSandbox::new(dir.path().join("cache")).stage_ahead(StageAheadMode::Always);
         let prepared = sb.prepare(&recipe(bare, commit)).await.unwrap();
         // What the command can see of its tree: names, sizes, times, modes, git's view.
         let look = "find . -path ./.git -prune -o -printf '%p %s %T@ %m\\n' | sort; git status --porcelain; git log --format='%H %ad'; cat new.py";
@@ -660,7 +662,7 @@ mod tests {
         assert_eq!(left, 0, "no work directory is left");
 
         // Off: nothing is announced.
-        let off = ProcessSandbox::new(dir.path().join("cache")).stage_ahead(false);
+        let off = ProcessSandbox::new(dir.path().join("cache")).stage_ahead(StageAheadMode::Off);
         off.exec_ahead(&prepared, &b);
         assert_eq!(off.ahead.len(), 0);
     }
