@@ -148,10 +148,10 @@ impl StageAhead {
         }
     }
 
-    /// The tree staged ahead for `key`, once staged, and how long this waited for it; `None`
-    /// when none was started for it (an announced one is dropped: the caller stages its own)
-    /// or its staging failed (the caller stages again, and meets the error itself).
-    pub(super) async fn take(&self, key: &StageKey) -> Option<(StagedTree, Duration)> {
+    /// The tree staged ahead for `key`, once staged; `None` when none was started for it (an
+    /// announced one is dropped: the caller stages its own) or its staging failed (the caller
+    /// stages again, and meets the error itself).
+    pub(super) async fn take(&self, key: &StageKey) -> Option<StagedTree> {
         let entry = {
             let mut entries = crate::lock(&self.entries);
             discard_idle(&mut entries);
@@ -163,9 +163,7 @@ impl StageAhead {
         };
         // Dropped with this future: a cancelled execution stops its staging too.
         let _cancel = CancelOnDrop(entry.cancel);
-        let waiting = Instant::now();
-        let tree = rx.await.ok()?.ok()?;
-        Some((tree, waiting.elapsed()))
+        rx.await.ok()?.ok()
     }
 
     /// Kills and removes every tree announced or staged ahead, and waits until they are gone.

@@ -598,20 +598,20 @@ pub(super) fn stage_blocking(ctx: &Context, req: &ExecRequest) -> Result<StagedT
 }
 
 /// Runs one execution of `req` (on a blocking thread) that began at `begun`. Its tree is
-/// `ahead` when that was staged ahead (with the time the execution waited for it), else staged
-/// now. `command_started` is called once the command runs.
+/// `ahead` when that was staged ahead, else staged now. `command_started` is called once the
+/// command runs.
 pub(super) fn exec_blocking(
     ctx: &Context,
     req: ExecRequest,
     begun: Instant,
-    ahead: Option<(StagedTree, Duration)>,
+    ahead: Option<StagedTree>,
     command_started: &dyn Fn(),
 ) -> Result<ExecOutput, SandboxError> {
     let mut clock = PhaseClock::new(begun);
     // All of the request, not only what its tree depends on.
     validate(&req)?;
     let tree = match ahead {
-        Some((tree, _waited)) => {
+        Some(tree) => {
             // Staged off the execution's path: its phases took none of the execution's time.
             for p in &tree.phases {
                 clock.phases.push(crate::Phase {
@@ -619,7 +619,7 @@ pub(super) fn exec_blocking(
                     took: Duration::ZERO,
                 });
             }
-            // What the execution waited for the tree still being staged.
+            // Since the execution began: waiting for the tree while it was still being staged.
             clock.lap("ahead");
             tree
         }
