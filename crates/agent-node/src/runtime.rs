@@ -315,6 +315,8 @@ struct Node {
     lease_ms: u64,
     heartbeat_ms: u64,
     draining: bool,
+    /// The coordinator acknowledged this connection's `Draining`: no grant is on its way.
+    drain_acked: bool,
     drain_deadline: Option<Instant>,
     events_tx: mpsc::UnboundedSender<Event>,
     /// Executors' progress reports, by the executors' (domain) attempt reference.
@@ -352,6 +354,7 @@ pub async fn run_node(
         lease_ms: 15_000,
         heartbeat_ms: 3_000,
         draining: false,
+        drain_acked: false,
         drain_deadline: None,
         events_tx,
         progress_tx,
@@ -365,11 +368,7 @@ pub async fn run_node(
     let mut shutdown_open = true;
     let watchdog = Duration::from_millis(50);
     loop {
-        if node.draining
-            && node.running() == 0
-            && (node.unacked() == 0
-                || node.conn.is_none() && node.past_drain(Duration::from_secs(10)))
-        {
+        if node.drained() {
             if node.unacked() != 0 {
                 tracing::warn!(
                     results = node.unacked(),
@@ -469,6 +468,19 @@ impl Node {
             lease_ms
         };
         Duration::from_millis(ms - ms / 10)
+    }
+
+    /// Whether a draining node may stop: nothing runs, and every result was delivered with no
+    /// grant on its way (the coordinator acknowledged the drain), or, with no connection, every
+    /// result was delivered or 10 s have passed since the drain's deadline.
+    fn drained(&self) -> bool {
+        if !self.draining || self.running() != 0 {
+            return false;
+        }
+        match self.conn {
+            Some(_) => self.unacked() == 0 && self.drain_acked,
+            None => self.unacked() == 0 || self.past_drain(Duration::from_secs(10)),
+        }
     }
 
     fn past_drain(&self, grace: Duration) -> bool {
@@ -638,6 +650,7 @@ impl Node {
             self.send(node_message::Body::Result(r));
         }
         if self.draining {
+            self.drain_acked = false;
             self.send(node_message::Body::Draining(Draining {}));
         }
         tracing::info!(node = %self.cfg.node_id, url = %self.cfg.coordinator.url, held = self.attempts.len(), "connected to the coordinator");
@@ -770,6 +783,7 @@ impl Node {
                 }
             }
             Body::Drain(d) => self.start_drain(&d.reason),
+            Body::DrainingAck(_) => self.drain_acked = self.draining,
         }
     }
 
@@ -1088,6 +1102,7 @@ mod panic_tests {
             lease_ms: 15_000,
             heartbeat_ms: 3_000,
             draining: false,
+            drain_acked: false,
             drain_deadline: None,
             events_tx,
             progress_tx,
@@ -1393,6 +1408,7 @@ mod panic_tests {
         };
         node.handle(grant(2));
         node.start_drain("test");
+        assert!(!node.drained(), "an attempt runs");
         node.hand_back_all();
         end_next(&mut node, &mut events).await;
         assert_eq!(node.state_of(second), None);
@@ -1411,5 +1427,35 @@ mod panic_tests {
                 .any(|m| matches!(&m.body, Some(node_message::Body::Credit(_)))),
             "a draining node offers no slot: {sent:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_draining_node_stops_only_once_the_coordinator_acknowledged_and_runs_a_grant_sent_before()
+     {
+        let (mut node, mut events, _out) = node(Arc::new(WaitsForCancel));
+        node.start_drain("test");
+        assert!(!node.drained(), "a grant may still be on its way");
+        // A grant the coordinator sent before it saw the drain is run, not refused.
+        node.handle(grant(1));
+        let first = AttemptRef {
+            task_id: 1,
+            epoch: 1,
+        };
+        assert_eq!(node.state_of(first), Some(AttemptState::Running));
+        node.handle(Event::Inbound {
+            generation: 1,
+            body: coordinator_message::Body::DrainingAck(reprobench_proto::v1::DrainingAck {}),
+        });
+        assert!(!node.drained(), "its attempt runs");
+        node.hand_back_all();
+        end_next(&mut node, &mut events).await;
+        assert!(
+            node.drained(),
+            "acknowledged, nothing runs, nothing undelivered"
+        );
+        // Without a connection there is no grant to wait for.
+        node.conn = None;
+        node.drain_acked = false;
+        assert!(node.drained());
     }
 }

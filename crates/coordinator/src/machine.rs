@@ -932,6 +932,8 @@ impl Machine {
                 self.nodes[n as usize].draining = true;
                 self.nodes[n as usize].credits.clear();
                 self.leave_sched(n);
+                // The node may stop once it has this: the grants sent before it came first.
+                self.send_to_node(n, CoordinatorMessage::DrainingAck);
             }
         }
     }

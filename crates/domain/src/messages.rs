@@ -165,6 +165,9 @@ pub enum CoordinatorMessage {
         /// Why.
         reason: String,
     },
+    /// The node's `Draining` was seen: no grant follows, and every grant sent before preceded
+    /// this message on the stream.
+    DrainingAck,
 }
 
 /// A run to start: a sweep and the files it refers to.

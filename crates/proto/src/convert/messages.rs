@@ -194,6 +194,7 @@ impl From<CoordinatorMessage> for v1::CoordinatorMessage {
                 reason,
             }),
             CoordinatorMessage::Drain { reason } => Body::Drain(v1::Drain { reason }),
+            CoordinatorMessage::DrainingAck => Body::DrainingAck(v1::DrainingAck {}),
         };
         v1::CoordinatorMessage { body: Some(body) }
     }
