@@ -221,6 +221,11 @@ fn coverage_files(payload: &SwtPayload) -> Option<Vec<String>> {
 
 /// The limits an execution ran under, as they enter its cache key: each can change what it
 /// gives (a test killed for memory, a log cut at the output cap).
+/// Whether `test_patch` is the instance's golden test patch: its runs are the gold runs too.
+fn is_golden(job: &Job<'_>, test_patch: Option<&str>) -> bool {
+    test_patch == Some(job.payload.instance.test_patch.as_str())
+}
+
 fn limits_key(l: &Limits) -> String {
     format!(
         "cpus={} memory_mb={} pids={} disk_mb={} timeout_ms={} max_output_bytes={}",
@@ -258,8 +263,7 @@ impl SwtExecutor {
     /// evaluations run four executions per instance instead of six; nothing reads a
     /// prediction's run from the cache.
     fn gold_twin_file(&self, job: &Job<'_>, step: &Step<'_>) -> Option<PathBuf> {
-        let golden = step.test_patch == Some(job.payload.instance.test_patch.as_str());
-        if !matches!(step.which, Which::Pred) || !golden {
+        if !matches!(step.which, Which::Pred) || !is_golden(job, step.test_patch) {
             return None;
         }
         let label = step.label.replacen("pred_", "gold_", 1);
@@ -302,10 +306,10 @@ impl SwtExecutor {
     }
 
     /// Whether `step` will be read from the cache rather than run, once the steps before it
-    /// ran: its cache file is there, or (`golden_pred`: the prediction's test patch is the
-    /// golden one) it is a gold step, whose file the prediction's step writes.
-    fn will_be_cached(&self, job: &Job<'_>, step: &Step<'_>, golden_pred: bool) -> bool {
-        let twin_made = matches!(step.which, Which::Gold) && golden_pred;
+    /// ran: its cache file is there, or it is a gold step whose file the prediction's step
+    /// (test patch `pred`) writes as its gold twin.
+    fn will_be_cached(&self, job: &Job<'_>, step: &Step<'_>, pred: Option<&str>) -> bool {
+        let twin_made = matches!(step.which, Which::Gold) && is_golden(job, pred);
         twin_made || self.cache_file(job, step).is_some_and(|f| f.exists())
     }
 

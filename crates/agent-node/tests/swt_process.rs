@@ -25,15 +25,19 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_with(|root| Arc::new(ProcessSandbox::new(root)))
+}
+
+/// The swt-mini fixture over the sandbox `sandbox` makes from its root directory.
+fn fixture_with(sandbox: impl FnOnce(PathBuf) -> Arc<dyn Sandbox>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let ds = load_dataset("swt-mini", &datasets(), None).unwrap();
     assert!(ds.errors.is_empty(), "{:?}", ds.errors);
     let repos = dir.path().join("repos");
     mirror::prepare(&datasets().join("swt-mini/src"), &repos, &ds.instances).unwrap();
-    let sandbox = Arc::new(ProcessSandbox::new(dir.path().join("sandbox")));
     let exec = SwtExecutor::new(
-        sandbox,
+        sandbox(dir.path().join("sandbox")),
         repos,
         dir.path().join("cache"),
         dir.path().join("artifacts"),
@@ -43,6 +47,15 @@ fn fixture() -> Fixture {
         exec,
         instances: ds.instances,
     }
+}
+
+/// The fixture's first instance graded by the pytest log parser.
+fn pytest_instance(f: &Fixture) -> SwtInstance {
+    f.instances
+        .iter()
+        .find(|i| i.env.as_ref().unwrap().log_parser == "pytest")
+        .expect("swt-mini has a pytest instance")
+        .clone()
 }
 
 async fn evaluate(f: &Fixture, inst: &SwtInstance, agent: SwtAgent, timeout_s: u64) -> Outcome {
@@ -134,12 +147,7 @@ fn append_test(test_patch: &str, file: &str, body: &str) -> String {
 #[tokio::test]
 async fn predictions_fall_into_their_categories() {
     let f = fixture();
-    let inst = f
-        .instances
-        .iter()
-        .find(|i| i.env.as_ref().unwrap().log_parser == "pytest")
-        .unwrap()
-        .clone();
+    let inst = pytest_instance(&f);
     let pred = |patch: Option<String>| SwtAgent::Prediction {
         model: "m".into(),
         patch,
@@ -261,32 +269,18 @@ impl Sandbox for Recording {
 
 #[tokio::test]
 async fn each_execution_after_an_instances_first_is_announced_and_runs_in_the_tree_staged_ahead() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let ds = load_dataset("swt-mini", &datasets(), None).unwrap();
-    let repos = dir.path().join("repos");
-    mirror::prepare(&datasets().join("swt-mini/src"), &repos, &ds.instances).unwrap();
-    let sandbox = Arc::new(Recording {
-        inner: ProcessSandbox::new(dir.path().join("sandbox"))
-            .stage_ahead(reprobench_sandbox::process::StageAheadMode::Always),
-        log: Default::default(),
+    let mut recording = None;
+    let f = fixture_with(|root| {
+        let sandbox = Arc::new(Recording {
+            inner: ProcessSandbox::new(root)
+                .stage_ahead(reprobench_sandbox::process::StageAheadMode::Always),
+            log: Default::default(),
+        });
+        recording = Some(sandbox.clone());
+        sandbox
     });
-    let f = Fixture {
-        exec: SwtExecutor::new(
-            sandbox.clone(),
-            repos,
-            dir.path().join("cache"),
-            dir.path().join("artifacts"),
-        ),
-        _dir: dir,
-        instances: ds.instances,
-    };
-    let inst = f
-        .instances
-        .iter()
-        .find(|i| i.env.as_ref().unwrap().log_parser == "pytest")
-        .unwrap()
-        .clone();
+    let sandbox = recording.unwrap();
+    let inst = pytest_instance(&f);
     let other = append_test(
         "",
         "tests/test_other.py",

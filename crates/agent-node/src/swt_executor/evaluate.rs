@@ -413,8 +413,6 @@ impl SwtExecutor {
                 directives,
             })
             .collect();
-        // A prediction whose test patch is the golden one writes the gold steps' cache.
-        let golden = pred == gold;
         let mut runs = SixRuns {
             executions: Default::default(),
             timed_out_at: None,
@@ -424,11 +422,11 @@ impl SwtExecutor {
                 runs.executions[i] = self.cached(job, step);
                 continue;
             }
-            if !self.will_be_cached(job, step, golden) {
+            if !self.will_be_cached(job, step, pred) {
                 // The next execution's tree is prepared while this one runs.
                 if let Some(next) = steps[i + 1..]
                     .iter()
-                    .find(|s| !self.will_be_cached(job, s, golden))
+                    .find(|s| !self.will_be_cached(job, s, pred))
                 {
                     self.announce(job, next);
                 }

@@ -97,9 +97,11 @@ impl StageAhead {
         }
     }
 
-    /// Announces an execution of `req` in `ctx` (its template is part of its key).
+    /// Announces an execution of `req` in `ctx` (its template is part of its key); a request
+    /// that fails validation is not announced.
     pub(super) fn announce(&self, ctx: Context, req: &ExecRequest) {
-        if self.mode == StageAheadMode::Off {
+        // An invalid request is not staged: its execution meets the error on its path.
+        if self.mode == StageAheadMode::Off || exec::validate(req).is_err() {
             return;
         }
         let key = StageKey::of(&ctx.template, req);

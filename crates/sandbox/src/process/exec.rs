@@ -571,11 +571,10 @@ pub(super) struct StagedTree {
     phases: Vec<crate::Phase>,
 }
 
-/// Phase 1 of an execution of `req` (on a blocking thread): its work directory, the checkout's
-/// copy with the request's files, then the patches and the seal.
+/// Phase 1 of an execution of `req` (on a blocking thread), which `validate` accepted: its
+/// work directory, the checkout's copy with the request's files, then the patches and the seal.
 pub(super) fn stage_blocking(ctx: &Context, req: &ExecRequest) -> Result<StagedTree, SandboxError> {
     let mut clock = PhaseClock::new(Instant::now());
-    validate(req)?;
     let disk_mb = req.limits.disk_mb.max(1);
     // The stage (a copy of the checkout), on a tmpfs of its own when root.
     let work = WorkDir::create(&ctx.cache, ctx.as_root, disk_mb.saturating_mul(2))?;
@@ -675,7 +674,8 @@ impl PhaseClock {
     }
 }
 
-fn validate(req: &ExecRequest) -> Result<(), SandboxError> {
+/// Checks a request's command, paths and environment names before anything is staged.
+pub(super) fn validate(req: &ExecRequest) -> Result<(), SandboxError> {
     if req.command.is_empty() {
         return Err(SandboxError::BadInput("empty command".into()));
     }
