@@ -573,8 +573,8 @@ pub struct SliceBenchArgs {
     /// (the work directory is durable); per-instance key fields to --record; the README table.
     #[arg(long)]
     all: bool,
-    /// With --all: only these instances (repeatable or comma-separated); records of other
-    /// instances already in --record DIR are kept.
+    /// Only these instances of the chosen repositories (repeatable or comma-separated); with
+    /// --all, records of other instances already in --record DIR are kept.
     #[arg(long = "instance-id", value_name = "ID", value_delimiter = ',')]
     instance_ids: Vec<String>,
     /// SWT-bench Lite as a whole from the records in --record DIR (every Lite instance of the
@@ -994,12 +994,8 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         return crate::slice_all::run(&all_options(&a, slice, executor)?);
     }
     anyhow::ensure!(
-        a.repeat_gold <= 1
-            && a.record.is_none()
-            && !a.no_coverage
-            && a.timeout_s.is_none()
-            && a.instance_ids.is_empty(),
-        "--repeat-gold, --record, --no-coverage, --timeout-s and --instance-id go with --all"
+        a.repeat_gold <= 1 && a.record.is_none() && !a.no_coverage && a.timeout_s.is_none(),
+        "--repeat-gold, --record, --no-coverage and --timeout-s go with --all"
     );
     let repos = if a.repos.is_empty() {
         vec![
@@ -1023,7 +1019,10 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         None => tempdir()?,
     };
     // Mirrors of the chosen repositories, and their SWT-bench instances.
-    let chosen = crate::slice_all::slice_repos(&slice, &repos)?;
+    let chosen = crate::slice_all::only_instances(
+        crate::slice_all::slice_repos(&slice, &repos)?,
+        &a.instance_ids.iter().cloned().collect(),
+    )?;
     let tarballs: Vec<std::path::PathBuf> = chosen.iter().map(|r| r.tarball.clone()).collect();
     let wanted_repos: Vec<String> = chosen.iter().map(|r| r.name.clone()).collect();
     // Progress goes to stderr: stdout carries the benchmark's (JSON) result.

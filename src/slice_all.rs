@@ -110,7 +110,7 @@ pub(crate) fn slice_repos(slice: &Path, wanted: &[String]) -> Result<Vec<Repo>> 
 }
 
 /// The repositories' rows narrowed to `ids` (none: all of them); an id of no row is an error.
-fn only_instances(repos: Vec<Repo>, ids: &BTreeSet<String>) -> Result<Vec<Repo>> {
+pub(crate) fn only_instances(repos: Vec<Repo>, ids: &BTreeSet<String>) -> Result<Vec<Repo>> {
     if ids.is_empty() {
         return Ok(repos);
     }
