@@ -28,13 +28,15 @@ fn datasets() -> PathBuf {
 
 /// The swt-mini rows the smaller tests use: the first instance of two repositories.
 fn subset() -> Vec<Value> {
+    one_instance_per_repository().into_iter().take(2).collect()
+}
+
+/// swt-mini's first instance of each repository (each of its environments and log parsers).
+fn one_instance_per_repository() -> Vec<Value> {
     let mut seen = std::collections::BTreeSet::new();
-    std::fs::read_to_string(datasets().join("swt-mini/instances.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+    all_of_swt_mini()
+        .into_iter()
         .filter(|r| seen.insert(r["repo"].as_str().unwrap().to_string()))
-        .take(2)
         .collect()
 }
 
@@ -344,7 +346,7 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_agent_and_variant_runs_metered_through_the_cluster() {
-    let s = setup_with(all_of_swt_mini());
+    let s = setup_with(one_instance_per_repository());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let upstream = scripted(&s, &rt);
     let agent_py = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny_agent.py");
