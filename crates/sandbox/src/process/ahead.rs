@@ -208,7 +208,9 @@ fn discard(e: Entry) {
 /// Whether fewer threads are runnable on this host than it has cores, besides the caller: the
 /// kernel's count of runnable threads (`/proc/loadavg`'s fourth field, `R/T`), taken now.
 fn a_core_is_idle() -> bool {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Read once: on Linux each call reads the cgroup's CPU quota files.
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let Ok(text) = std::fs::read_to_string("/proc/loadavg") else {
         return false;
     };
