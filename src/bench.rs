@@ -966,7 +966,7 @@ fn official_verdicts(
 /// `reprobench bench slice`: gold validation of the real slice's instances of some repositories
 /// (cold and warm, 1 and 2 local nodes), a prediction set once gold and base are cached, harness
 /// overhead per execution against the test command's own time, the disk the environments use,
-/// and on docker the prediction set again without and with containers booted ahead.
+/// and the prediction set again without and with the next execution prepared ahead.
 pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     let slice = a
         .slice
@@ -1150,10 +1150,11 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     finish_slice(&root, a.work.is_none(), &v, a.json)
 }
 
-/// The prediction runs without and with the next execution prepared ahead (docker: its
-/// container booted, `--no-boot-ahead`; process: its tree staged, `--stage-ahead off`), on 1
-/// node and on 2, each pair one after the other from the same cache (gold and base executions
-/// cached by the run before): walls, efficiency and phases of each, and the wall ratios.
+/// The prediction runs without and with the next execution prepared ahead (process: its tree
+/// staged, `--stage-ahead off`; docker: nothing ahead, `--no-boot-ahead`, then only its
+/// container booted, `--stage-ahead off`, then its tree staged in it too), on 1 node and on 2,
+/// the arms one after the other from the same cache (gold and base executions cached by the
+/// run before): walls, efficiency and phases of each, and the wall ratios.
 fn ahead_comparison(
     root: &std::path::Path,
     rows: &std::path::Path,
@@ -1161,27 +1162,36 @@ fn ahead_comparison(
     executor: &str,
     say: &dyn Fn(String),
 ) -> Result<serde_json::Value> {
-    let off_flag: &[&str] = if executor == "docker" {
-        &["--no-boot-ahead"]
+    let arms: &[(&str, &[&str])] = if executor == "docker" {
+        &[
+            ("without", &["--no-boot-ahead"]),
+            ("booted_only", &["--stage-ahead", "off"]),
+            ("with", &[]),
+        ]
     } else {
-        &["--stage-ahead", "off"]
+        &[("without", &["--stage-ahead", "off"]), ("with", &[])]
     };
+    let off_flag = arms[0].1;
     let mut by_nodes = serde_json::Map::new();
     for nodes in [1u32, 2] {
+        let order: Vec<String> = arms
+            .iter()
+            .map(|(name, flag)| format!("{name} ({})", flag.join(" ")))
+            .collect();
         say(format!(
-            "the same predictions again on {nodes} node(s), with {}, then without it (the base runs cached for both)",
-            off_flag.join(" ")
+            "the same predictions again on {nodes} node(s), {} (the base runs cached for each)",
+            order.join(", then ")
         ));
-        let mut arms = serde_json::Map::new();
+        let mut by_arm = serde_json::Map::new();
         let mut walls = Vec::new();
-        for (name, flag) in [("without", off_flag), ("with", &[][..])] {
+        for &(name, flag) in arms {
             let mut extra = vec!["--rules", "swt-bench-2024", "--new"];
             extra.extend(flag);
             let data = format!("data-preds-{nodes}-{name}");
             let (run, wall) = slice_eval(root, rows, predictions, executor, nodes, &data, &extra)?;
             let figures = execution_figures(&run);
             walls.push(wall);
-            arms.insert(
+            by_arm.insert(
                 name.into(),
                 serde_json::json!({
                     "wall_s": wall,
@@ -1194,11 +1204,11 @@ fn ahead_comparison(
                 }),
             );
         }
-        arms.insert(
+        by_arm.insert(
             "wall_ratio_with_to_without".into(),
-            (walls[1] / walls[0]).into(),
+            (walls[walls.len() - 1] / walls[0]).into(),
         );
-        by_nodes.insert(format!("{nodes}_node"), arms.into());
+        by_nodes.insert(format!("{nodes}_node"), by_arm.into());
     }
     let mut v = serde_json::Map::new();
     v.insert("off_flag".into(), off_flag.join(" ").into());

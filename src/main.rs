@@ -21,7 +21,7 @@ mod swt_report;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use reprobench_domain::kind::SlotSpec;
-use reprobench_sandbox::process::StageAheadMode;
+use reprobench_sandbox::StageAheadMode;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -118,7 +118,7 @@ struct Target {
     tls_server_name: Option<String>,
 }
 
-/// `--stage-ahead`'s values (`reprobench_sandbox::process::StageAheadMode`).
+/// `--stage-ahead`'s values (`reprobench_sandbox::StageAheadMode`).
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 enum StageAheadArg {
     /// Never.
@@ -149,16 +149,17 @@ pub struct NodeOptions {
     /// Disk the docker executor's environment and instance images may use (GiB); least recently used go first.
     #[arg(long, value_name = "GIB", default_value_t = 20)]
     image_budget_gb: u64,
-    /// Make every docker execution create and start its own container. By default the next
-    /// execution's container is booted, and its copy of the repository made, while an
-    /// execution of the same instance runs; this flag is the baseline that measures what that
-    /// buys.
+    /// Make every docker execution create and start its own container (and stage its own
+    /// tree). By default the next execution's container is booted, and its copy of the
+    /// repository made, while an execution of the same instance runs; this flag is the baseline
+    /// that measures what that buys.
     #[arg(long)]
     no_boot_ahead: bool,
-    /// When the process executor stages the tree (copy, patches, seal) of an instance's next
-    /// execution while one runs: `when-idle` (a core is idle as the command starts, so it takes
-    /// no CPU from running tests), `always`, or `off` (each execution stages its own tree on
-    /// its path: the baseline that measures what staging ahead buys).
+    /// When the tree (copy, patches, seal) of an instance's next execution is staged while one
+    /// runs (process: in a directory of its own; docker: in the container booted ahead for it):
+    /// `when-idle` (a core is idle then, so it takes no CPU from running tests), `always`, or
+    /// `off` (each execution stages its own tree on its path: the baseline that measures what
+    /// staging ahead buys).
     #[arg(long, value_enum, value_name = "WHEN", default_value = "when-idle")]
     stage_ahead: StageAheadArg,
     /// Replay recorded LLM transcripts (a file or directory) instead of calling backbones: runs

@@ -79,6 +79,14 @@ fn report(v: &Value, instance: &str) -> Value {
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
 }
 
+/// Whether one of a report's executions ran in a tree staged ahead.
+fn ran_a_tree_staged_ahead(report: &Value) -> bool {
+    let executions = report["executions"].as_object().into_iter().flatten();
+    executions
+        .flat_map(|(_, e)| e["timings"].as_array().into_iter().flatten())
+        .any(|t| t["phase"] == "ahead")
+}
+
 /// `(kind, instance)` of every hostile prediction.
 fn kinds() -> Vec<(String, String)> {
     let out = Command::new("python3")
@@ -99,10 +107,21 @@ fn kinds() -> Vec<(String, String)> {
 fn nothing_leaks_on(executor: &str) {
     let dir = scratch();
     let hostile = predictions(dir.path(), "hostile.jsonl", &[]);
-    let v = eval(dir.path(), executor, hostile.to_str().unwrap(), &[]);
+    // Every announced execution's tree staged ahead: a hostile test that ran in such a tree
+    // must learn no more than one whose tree was staged on its path.
+    let always = ["--stage-ahead", "always"];
+    let v = eval(dir.path(), executor, hostile.to_str().unwrap(), &always);
     assert_eq!(v["errors"], 0, "{v}");
     let kinds = kinds();
     assert!(kinds.len() >= 12, "{kinds:?}");
+    let staged_ahead = kinds
+        .iter()
+        .filter(|(_, instance)| ran_a_tree_staged_ahead(&report(&v, instance)))
+        .count();
+    assert!(
+        staged_ahead > 0,
+        "{executor}: no hostile test ran in a tree staged ahead"
+    );
     for (kind, instance) in &kinds {
         let r = report(&v, instance);
         assert_eq!(r["resolved"], false, "{executor}: `{kind}` leaked: {r}");

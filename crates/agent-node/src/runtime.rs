@@ -70,10 +70,11 @@ pub struct SwtSettings {
     /// Run process executions this node cannot isolate (no network namespace, limits not
     /// set) instead of refusing them; every report then says so.
     pub allow_unisolated_process: bool,
-    /// When the process executor stages the next execution's tree while one runs
-    /// (`--stage-ahead`).
+    /// When the process and docker executors stage the next execution's tree while one runs
+    /// (`--stage-ahead`; on docker it is staged in the container booted ahead, and this
+    /// overrides `docker.stage_ahead`).
     #[serde(default)]
-    pub stage_ahead: reprobench_sandbox::process::StageAheadMode,
+    pub stage_ahead: reprobench_sandbox::StageAheadMode,
     /// What a sweep may make this node run besides the evaluation itself.
     #[serde(default)]
     pub code: CodePolicy,
@@ -235,7 +236,11 @@ async fn build_executors(
                 })
             }
             ExecutorKind::Docker => {
-                let sandbox = DockerSandbox::connect(s.docker.clone())
+                let config = reprobench_sandbox::docker::DockerConfig {
+                    stage_ahead: s.stage_ahead,
+                    ..s.docker.clone()
+                };
+                let sandbox = DockerSandbox::connect(config)
                     .await
                     .map_err(|e| NodeError::Config(format!("--slots docker=N: {e}")))?;
                 let e = SwtExecutor::new(

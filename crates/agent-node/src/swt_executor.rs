@@ -138,9 +138,10 @@ pub struct ExecRecord {
     pub output_truncated: bool,
     /// Where the execution's time went, phase by phase in the order they ran (the sandbox's
     /// phases: for docker `create`, `attach`, `boot`, `copy`, `input`, `files`, `stage`,
-    /// `unpack`, `command`, `exit`, `output`, the first four 0 for a container booted ahead
-    /// while the execution before ran; for process `workdir`, `copy`, `stage`, `unpack`, `command`,
-    /// `collect`, `cleanup`).
+    /// `unpack`, `go` (or `ahead` for a tree staged ahead, every phase before it 0), `command`,
+    /// `exit`, `output`, the first four 0 for a container booted ahead while the execution
+    /// before ran; for process `workdir`, `copy`, `stage`, `ahead` for a tree staged ahead,
+    /// `unpack`, `command`, `collect`, `cleanup`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub timings: Vec<PhaseTiming>,
 }

@@ -136,6 +136,11 @@ pub struct DockerConfig {
     /// execution of the same image and limits runs, off the next one's critical path.
     #[serde(default = "boot_ahead_default")]
     pub boot_ahead: bool,
+    /// When the container booted ahead for an announced execution
+    /// ([`Sandbox::exec_ahead`]) is also given its input, so it stages the tree (files,
+    /// patches, seal, unpacking) before the execution takes it (needs `boot_ahead`).
+    #[serde(default)]
+    pub stage_ahead: crate::StageAheadMode,
 }
 
 fn boot_ahead_default() -> bool {
@@ -149,6 +154,7 @@ impl Default for DockerConfig {
             cache_dir: default_cache_dir(),
             disk_budget_bytes: 20 << 30,
             boot_ahead: true,
+            stage_ahead: crate::StageAheadMode::default(),
         }
     }
 }
@@ -256,7 +262,7 @@ impl DockerSandbox {
         let docker = connect_engine().await?;
         run::remove_leftovers(&docker).await;
         let usage = load_usage(&cfg.cache_dir.join(USAGE_FILE));
-        let ahead = run::Ahead::new(cfg.boot_ahead);
+        let ahead = run::Ahead::new(cfg.boot_ahead, cfg.stage_ahead);
         Ok(DockerSandbox {
             inner: Arc::new(Inner {
                 docker,
@@ -292,6 +298,11 @@ impl DockerSandbox {
     /// Execution containers booted ahead: (ready for an execution, being booted).
     pub fn booted_ahead(&self) -> (usize, usize) {
         self.inner.ahead.count()
+    }
+
+    /// How many of the containers booted ahead staged an announced execution's tree.
+    pub fn staged_ahead(&self) -> usize {
+        self.inner.ahead.staged()
     }
 
     /// Python major.minor of the base image (asked once by running it).
@@ -331,6 +342,12 @@ impl Sandbox for DockerSandbox {
         let inner = self.inner.clone();
         let recipe = recipe.clone();
         Box::pin(async move { inner.prepare(recipe).await })
+    }
+
+    fn exec_ahead(&self, prepared: &Prepared, req: &ExecRequest) {
+        if let Prepared::Image(image) = prepared {
+            self.inner.ahead.announce(image, req);
+        }
     }
 
     fn exec(

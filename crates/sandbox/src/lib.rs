@@ -21,10 +21,12 @@ pub mod process;
 pub(crate) mod python;
 pub mod resolve;
 pub mod stage;
+pub mod stage_ahead;
 pub mod system_packages;
 pub mod tree;
 
 pub use stage::PatchOutcome;
+pub use stage_ahead::StageAheadMode;
 
 /// A boxed future, so sandboxes of different kinds sit behind one trait object.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -384,7 +386,7 @@ pub struct PatchFile {
 }
 
 /// One execution.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExecRequest {
     /// Files written into the tree, before the patches; they become part of it.
     pub files: Vec<InputFile>,

@@ -15,7 +15,8 @@ use reprobench_sandbox::docker::{
     LAYER_LABEL, LayerKind, bootstrap_base_image, plan_eviction,
 };
 use reprobench_sandbox::{
-    EnvRecipe, ExecOutput, ExecRequest, InputFile, Limits, Prepared, Sandbox, SandboxError,
+    EnvRecipe, ExecOutput, ExecRequest, InputFile, Limits, PatchFile, Prepared, Sandbox,
+    SandboxError, StageAheadMode,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -334,8 +335,8 @@ async fn prepare_builds_each_layer_once_and_exec_runs_the_tests() {
     assert_eq!(
         names,
         [
-            "create", "attach", "boot", "copy", "input", "files", "stage", "unpack", "command",
-            "exit", "output"
+            "create", "attach", "boot", "copy", "input", "files", "stage", "unpack", "go",
+            "command", "exit", "output"
         ]
     );
     let command = out.phases.iter().find(|p| p.name == "command").unwrap();
@@ -459,6 +460,164 @@ async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
     assert_ran(&out, 0);
     assert_eq!(off.booted_ahead(), (0, 0));
     off.settle().await;
+}
+
+/// A sandbox like [`sandbox`]'s (whose check it follows), staging announced executions ahead
+/// as `stage` says.
+async fn staging(stage: StageAheadMode) -> (DockerSandbox, tempfile::TempDir) {
+    let cache = tempfile::tempdir().unwrap();
+    let sb = DockerSandbox::connect(DockerConfig {
+        cache_dir: cache.path().to_path_buf(),
+        stage_ahead: stage,
+        ..DockerConfig::default()
+    })
+    .await
+    .unwrap();
+    (sb, cache)
+}
+
+/// Polls until `n` containers booted ahead have staged an announced execution's tree (and
+/// nothing is being booted or staged), failing at the deadline.
+async fn staged_ahead(sb: &DockerSandbox, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while sb.staged_ahead() != n || sb.booted_ahead().1 != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{n} staged ahead expected: {} staged, {:?} booted",
+            sb.staged_ahead(),
+            sb.booted_ahead()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The error an execution of `req` gives on a sandbox that stages nothing ahead.
+async fn off_failure(prepared: &Prepared, req: &ExecRequest) -> String {
+    let (off, _cache) = staging(StageAheadMode::Off).await;
+    let e = off.exec(prepared, req.clone()).await.unwrap_err();
+    off.settle().await;
+    e.to_string()
+}
+
+/// The names of an execution's phases, in order.
+fn phase_names(out: &ExecOutput) -> Vec<&'static str> {
+    out.phases.iter().map(|p| p.name).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_announced_execution_runs_in_the_container_that_staged_its_tree_exactly_as_on_its_path()
+{
+    let Some((_sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let (sb, _cache) = staging(StageAheadMode::Always).await;
+    let shared = shared(&sb).await;
+    let prepared = alias(&sb, &shared, "staged").await;
+    let Prepared::Image(image) = &prepared else {
+        unreachable!()
+    };
+    // What the command sees of its tree: names, sizes, modes and times, git's view, content.
+    let look = "find . -path ./.git -prune -o -printf '%p %s %m %T@ %U\\n' | sort; \
+                git status --porcelain; git log --format='%H %at %s'; cat calc.py new.txt; \
+                cat \"$REPROBENCH_SUPPORT\"/s.txt; pwd; id -u";
+    let mut wanted = sh(look);
+    wanted.files.push(InputFile {
+        path: "new.txt".into(),
+        contents: b"mine\n".to_vec(),
+        mode: 0o640,
+    });
+    wanted.support.push(InputFile {
+        path: "s.txt".into(),
+        contents: b"support\n".to_vec(),
+        mode: 0o644,
+    });
+    wanted.patches.push(PatchFile {
+        label: "code".into(),
+        contents: b"--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a + b\n+    return b + a\n".to_vec(),
+    });
+
+    // Announced, then staged in the container booted while another execution runs.
+    sb.exec_ahead(&prepared, &wanted);
+    let out = sb.exec(&prepared, sh("echo before")).await.unwrap();
+    assert_ran(&out, 0);
+    assert!(phase_names(&out).contains(&"go"), "{out:?}");
+    staged_ahead(&sb, 1).await;
+    let ahead = sb.exec(&prepared, wanted.clone()).await.unwrap();
+    assert_ran(&ahead, 0);
+    let names = phase_names(&ahead);
+    assert!(
+        names.contains(&"ahead") && !names.contains(&"go"),
+        "{names:?}"
+    );
+    for p in [
+        "create", "attach", "boot", "copy", "input", "files", "stage", "unpack",
+    ] {
+        assert_eq!(
+            took(&ahead, p),
+            Duration::ZERO,
+            "{p} was off the path: {ahead:?}"
+        );
+    }
+    assert!(ahead.output.contains("return b + a"), "{}", ahead.output);
+
+    // The same request staged on its path sees the same.
+    let (off, _off_cache) = staging(StageAheadMode::Off).await;
+    off.exec_ahead(&prepared, &wanted);
+    let _ = off.exec(&prepared, sh("true")).await.unwrap();
+    booted_ahead(&off).await;
+    assert_eq!(off.staged_ahead(), 0, "off stages nothing ahead");
+    let on_path = off.exec(&prepared, wanted.clone()).await.unwrap();
+    assert_ran(&on_path, 0);
+    assert!(phase_names(&on_path).contains(&"go"), "{on_path:?}");
+    assert_eq!(ahead.output, on_path.output);
+    assert_eq!(ahead.patches, on_path.patches);
+    assert_eq!(ahead.prepare_log, on_path.prepare_log);
+    off.settle().await;
+
+    // A tree staged for one request goes to no other: that one boots its own container.
+    let mut other = wanted.clone();
+    other.command = vec!["sh".into(), "-c".into(), "cat calc.py".into()];
+    sb.exec_ahead(&prepared, &wanted);
+    let _ = sb.exec(&prepared, sh("true")).await.unwrap();
+    staged_ahead(&sb, 1).await;
+    let out = sb.exec(&prepared, other).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(out.output, "def add(a, b):\n    return b + a\n");
+    assert!(!phase_names(&out).contains(&"ahead"), "{out:?}");
+    assert!(took(&out, "create") > Duration::ZERO, "{out:?}");
+
+    // A tree whose staging fails ahead fails its execution as it fails on the path: the file
+    // fits the stage's tmpfs (twice disk_mb) once, as input, but not twice.
+    let mut full = sh("true");
+    full.limits.disk_mb = 1;
+    full.files.push(InputFile {
+        path: "big.bin".into(),
+        contents: vec![7; 1536 << 10],
+        mode: 0o644,
+    });
+    let on_path = off_failure(&prepared, &full).await;
+    sb.exec_ahead(&prepared, &full);
+    let mut small = sh("true");
+    small.limits.disk_mb = 1;
+    let _ = sb.exec(&prepared, small).await.unwrap();
+    staged_ahead(&sb, 2).await;
+    let ahead = sb.exec(&prepared, full).await.unwrap_err();
+    assert_eq!(
+        ahead.to_string(),
+        on_path,
+        "staged ahead and on the path fail alike"
+    );
+    assert!(matches!(ahead, SandboxError::BadInput(_)), "{ahead}");
+    assert!(
+        on_path.contains("writing the files") && !on_path.contains("REPROBENCH-"),
+        "the error names the step, not the script's markers: {on_path}"
+    );
+
+    // Settling removes the containers booted ahead, the staged one too, and nothing is left.
+    sb.settle().await;
+    assert_eq!((sb.booted_ahead(), sb.staged_ahead()), ((0, 0), 0));
+    assert_eq!(our_containers(&sb, image).await, Vec::<String>::new());
+    remove_image(&sb, image).await;
 }
 
 /// How long an execution's phase `name` took.

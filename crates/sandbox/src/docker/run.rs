@@ -6,12 +6,19 @@
 //! through a tar pipe, which keeps owners, modes and times as `cp -a` does, in a sixth of its
 //! time on the image's overlay), writes the files, applies the patches and seals the tree ([`crate::stage`]), unpacks it into
 //! `/work` (a tmpfs of its own, owned by the test's user) in name order, removes the stage, and
-//! then runs the command as an unprivileged user ([`TEST_UID`]) that can gain no privilege. The
+//! then, once the execution is handed the container (a [`GO`] line after the archive), runs the
+//! command as an unprivileged user ([`TEST_UID`]) that can gain no privilege. The
 //! script's marker lines carry a nonce that only root's script holds, so the command cannot
 //! print them; it waits for the command, says how it ended, and prints the collected file.
 //! When the script ends, so does the container, and with it every process the command started.
+//!
+//! Ahead ([`Ahead`]): while an execution runs, the container for the next one of the same image
+//! and limits is booted and makes its copy; when the next execution was announced
+//! ([`crate::Sandbox::exec_ahead`]), it is also given that execution's archive, stages its tree
+//! and waits for the go line, which only an execution of an equal request sends.
 
 use super::super::stage::{self, SUPPORT_ENV};
+use super::super::stage_ahead::{self, StageAheadMode};
 use super::super::{
     CappedOutput, ExecOutput, ExecRequest, Limits, SandboxError, check_relative_path,
 };
@@ -42,16 +49,21 @@ const SUPPORT_DIR: &str = "/reprobench";
 const SETUP_FAILED: i64 = 223;
 /// The container's command: note when it began, copy the repository into root's stage
 /// (through a tar pipe, which keeps owners, modes and times), note when that was done, then
-/// read the input archive (its length on a first line) from standard input and run the script.
+/// read the input archive (its length on a first line) from standard input and run the script
+/// (which reads the [`GO`] line that follows from the same input).
 /// The same for every execution: nothing in it is the execution's, so a container can be
 /// booted, its copy made, before the execution that takes it is known.
 fn boot_command() -> String {
     format!(
         "date +%s%N > /stage/booted; \
          if mkdir /stage/repo && tar -C {WORKDIR} -cf - . | tar -C /stage/repo -xpf -; then date +%s%N > /stage/copied; else rm -rf /stage/repo; fi; \
-         IFS= read -r n && mkdir -m 700 /stage/in && head -c \"$n\" | tar -x -f - -C /stage/in && exec /bin/sh /stage/in/run.sh </dev/null"
+         IFS= read -r n && mkdir -m 700 /stage/in && head -c \"$n\" | tar -x -f - -C /stage/in && exec /bin/sh /stage/in/run.sh"
     )
 }
+/// The line that hands an execution its container: the script waits for it, after staging and
+/// unpacking the tree, before the command starts. Written right after the archive, or, when
+/// the archive was written ahead, by the execution that takes the container.
+const GO: &[u8] = b"go\n";
 /// Capabilities root's script needs (copies keeping owners and modes, the switch to the test's
 /// user); the command has none.
 const CAPABILITIES: [&str; 5] = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"];
@@ -166,7 +178,7 @@ fn script(nonce: &str, req: &ExecRequest) -> String {
     let command: Vec<String> = req.command.iter().map(|w| q(w)).collect();
     let collect = req.collect.as_deref().map(|c| format!("{SUPPORT_DIR}/{c}"));
     let mut s = format!(
-        "N={nonce}\nU={TEST_UID}\nexec 2>&1\n\
+        "N={nonce}\nU={TEST_UID}\nexec 2>&1 3<&0 </dev/null\n\
          failed() {{ echo \"REPROBENCH-$N SETUP-FAILED $1\"; exit {SETUP_FAILED}; }}\n\
          phase() {{ echo \"REPROBENCH-$N PHASE $1 $(date +%s%N)\"; }}\n\
          [ -f /stage/copied ] || failed 'copying the repository'\n\
@@ -199,6 +211,9 @@ fn script(nonce: &str, req: &ExecRequest) -> String {
         "if [ -s /etc/reprobench/editable ]; then\n  p=\"\"\n  while IFS= read -r r; do p=\"${{p:+$p:}}/work/$r\"; done < /etc/reprobench/editable\n  export PYTHONPATH=\"$p${{PYTHONPATH:+:$PYTHONPATH}}\"\nfi\n\
          export {SUPPORT_ENV}={SUPPORT_DIR}\n\
          cd /work\n\
+         phase unpack\n\
+         IFS= read -r go <&3 && [ \"$go\" = go ] || exit 1\n\
+         exec 3<&-\n\
          echo \"REPROBENCH-$N START $(date +%s%N)\"\n\
          setpriv --reuid=\"$U\" --regid=\"$U\" --clear-groups -- {}\n\
          rc=$?\n\
@@ -244,18 +259,9 @@ fn input_archive(run_sh: &str, req: &ExecRequest) -> Result<Vec<u8>, SandboxErro
     Ok(out)
 }
 
-/// Runs one execution of `req` in a fresh container of `image`: one booted ahead for the same
-/// image and limits when `ahead` holds one, else one booted now; either way the next one is
-/// booted ahead while this one runs.
-pub(super) async fn exec(
-    docker: &Docker,
-    image: &str,
-    req: ExecRequest,
-    warnings: &LimitWarnings,
-    removals: &Removals,
-    ahead: &Ahead,
-) -> Result<ExecOutput, SandboxError> {
-    let begun = Instant::now();
+/// Refuses a request that cannot run: an empty command, a bad environment variable name, a
+/// collected file's path that leaves the support directory.
+fn validate(req: &ExecRequest) -> Result<(), SandboxError> {
     if req.command.is_empty() {
         return Err(SandboxError::BadInput(
             "the execution has an empty command: give argv".into(),
@@ -273,29 +279,63 @@ pub(super) async fn exec(
     if let Some(c) = &req.collect {
         check_relative_path(c)?;
     }
-    let nonce = reprobench_domain::secret::random_hex(16);
-    let stdin = input_archive(&script(&nonce, &req), &req)?;
+    Ok(())
+}
+
+/// The container an execution of `req` runs in (its input left to fill): the same for every
+/// request with the same image, environment and limits.
+fn execution_spec<'a>(image: &'a str, req: &'a ExecRequest) -> Spec<'a> {
     let mut env: Vec<String> = Vec::new();
     // The root filesystem is read-only: tools that write under $HOME get the tmpfs instead.
     if !req.env.iter().any(|(k, _)| k == "HOME") {
         env.push("HOME=/tmp".into());
     }
     env.extend(req.env.iter().map(|(k, v)| format!("{k}={v}")));
-    let spec = Spec {
+    Spec {
         image,
         argv: vec!["/bin/sh".into(), "-c".into(), boot_command()],
         env,
         limits: &req.limits,
-        stdin: Some(stdin),
+        stdin: Some(Vec::new()),
         execution: true,
+    }
+}
+
+/// Runs one execution of `req` in a fresh container of `image`: one booted ahead for the same
+/// image and limits when `ahead` holds one (and, when it staged this very request's tree ahead,
+/// that tree), else one booted now; either way the next one is booted ahead while this one runs.
+pub(super) async fn exec(
+    docker: &Docker,
+    image: &str,
+    req: ExecRequest,
+    warnings: &LimitWarnings,
+    removals: &Removals,
+    ahead: &Ahead,
+) -> Result<ExecOutput, SandboxError> {
+    let begun = Instant::now();
+    validate(&req)?;
+    let mut spec = execution_spec(image, &req);
+    let taken = ahead.take(&spec.key(), &req).await;
+    let (booted, staged_nonce) = match taken {
+        Some(t) => (Some(t.booted), t.staged_nonce),
+        None => (None, None),
     };
+    let staged_ahead = staged_nonce.is_some();
+    let nonce = staged_nonce.unwrap_or_else(|| reprobench_domain::secret::random_hex(16));
+    let mut input = if staged_ahead {
+        Vec::new()
+    } else {
+        input_archive(&script(&nonce, &req), &req)?
+    };
+    input.extend_from_slice(GO);
+    spec.stdin = Some(input);
     let ran = run(
         docker,
         spec,
         Framer::new(&nonce, req.limits.max_output_bytes),
         warnings,
         removals,
-        Some(ahead),
+        Some((ahead, booted)),
     )
     .await?;
     let times = ran.times;
@@ -308,10 +348,16 @@ pub(super) async fn exec(
                 req.limits.timeout
             )));
         }
-        let said = staged.log.trim();
+        // The script's own failure line names the step; the nonce stays out of the error.
+        let failure = format!("REPROBENCH-{nonce} SETUP-FAILED ");
+        let (failed_at, said): (Vec<&str>, Vec<&str>) =
+            staged.log.lines().partition(|l| l.starts_with(&failure));
+        let step = failed_at.first().map_or("", |l| l[failure.len()..].trim());
+        let said = said.join("\n");
+        let said = said.trim();
         if ran.exit_code == Some(SETUP_FAILED) {
             return Err(SandboxError::BadInput(format!(
-                "could not set the execution's tree up in its tmpfs (limits.disk_mb = {} MiB): raise limits.disk_mb. It said: {said}",
+                "could not set the execution's tree up in its tmpfs ({step}; limits.disk_mb = {} MiB): raise limits.disk_mb. It said: {said}",
                 req.limits.disk_mb
             )));
         }
@@ -324,7 +370,8 @@ pub(super) async fn exec(
         Some(ns) => Duration::from_nanos(ns),
         None => ran.ran_for,
     };
-    let phases = timeline(&times, &parts);
+    let handover = if staged_ahead { "ahead" } else { "go" };
+    let phases = timeline(&times, &parts, handover);
     Ok(ExecOutput {
         exit_code: if ran.timed_out { None } else { ran.exit_code },
         timed_out: ran.timed_out,
@@ -342,13 +389,16 @@ pub(super) async fn exec(
 
 /// An execution's phases from the host's times and the script's marks: creating and attaching
 /// to the container, its start up to the script, the copy, the stage, the unpacking, the
-/// command, its exit as the engine reported it, and the end of its output. Phases whose ends
-/// are not known (the script did not get that far) are left out.
-fn timeline(host: &HostTimes, framed: &Framed) -> Vec<crate::Phase> {
+/// handover up to the command's start (`handover`: `go`, or `ahead` when the tree was staged
+/// ahead, which then includes waiting for that staging to end), the command, its exit as the
+/// engine reported it, and the end of its output. Phases that ended before the execution took
+/// its container took none of its time; phases whose ends are not known (the script did not
+/// get that far) are left out.
+fn timeline(host: &HostTimes, framed: &Framed, handover: &'static str) -> Vec<crate::Phase> {
     let phase = |name, took| crate::Phase { name, took };
     let mut out = vec![phase("create", host.create), phase("attach", host.attach)];
     let mut ends: Vec<(&'static str, u64)> = framed.marks.clone();
-    ends.extend(framed.start_ns.map(|t| ("unpack", t)));
+    ends.extend(framed.start_ns.map(|t| (handover, t)));
     ends.extend(framed.end_ns.map(|t| ("command", t)));
     ends.push(("exit", host.exit_seen_ns));
     let mut last = host.start_requested_ns;
@@ -364,9 +414,9 @@ fn timeline(host: &HostTimes, framed: &Framed) -> Vec<crate::Phase> {
 /// command (`boot`), the repository's copy into the stage (`copy`; both are over before the
 /// execution is handed over when the container was booted ahead, and take no time of it then),
 /// reading the execution's input up to the script (`input`), writing its files (`files`), its
-/// patches and the seal (`stage`); the tree's unpacking into `/work` ends at the command's
-/// start.
-const SCRIPT_PHASES: [&str; 5] = ["boot", "copy", "input", "files", "stage"];
+/// patches and the seal (`stage`), the tree's unpacking into `/work` (`unpack`; these four are
+/// over before the handover too when the tree was staged ahead).
+const SCRIPT_PHASES: [&str; 6] = ["boot", "copy", "input", "files", "stage", "unpack"];
 
 /// The longest line read as a marker; longer lines beginning like one are output.
 const MAX_MARKER_LINE: usize = 1 << 16;
@@ -639,6 +689,10 @@ impl Spec<'_> {
 /// Where a container's output goes as it arrives.
 trait Sink: Send + 'static {
     fn take(&mut self, bytes: &[u8]);
+    /// Whether the output has shown that the command started.
+    fn started(&self) -> bool {
+        false
+    }
     /// The exit status the output itself gave as final (the root script's last mark), once it
     /// has: nothing the container prints after it counts.
     fn finished(&self) -> Option<i64> {
@@ -655,6 +709,10 @@ impl Sink for CappedOutput {
 impl Sink for Framer {
     fn take(&mut self, bytes: &[u8]) {
         self.push(bytes);
+    }
+
+    fn started(&self) -> bool {
+        self.started
     }
 
     fn finished(&self) -> Option<i64> {
@@ -739,19 +797,23 @@ impl Removals {
     }
 }
 
-/// Runs one container and removes it, its output going to `sink`: with `ahead`, one booted
-/// ahead for the same body when there is one (and the next is booted ahead), else one made now.
+/// Runs one container and removes it, its output going to `sink`: with `ahead`, the container
+/// taken from it when there is one (and the next is booted ahead), else one made now.
 async fn run<S: Sink>(
     docker: &Docker,
     spec: Spec<'_>,
     sink: S,
     warnings: &LimitWarnings,
     removals: &Removals,
-    ahead: Option<&Ahead>,
+    ahead: Option<(&Ahead, Option<Booted>)>,
 ) -> Result<Ran<S>, SandboxError> {
     let body = container_body(&spec);
     let key = spec.key();
-    let mut booted = match ahead.and_then(|a| a.take(&key)) {
+    let (ahead, taken) = match ahead {
+        Some((ahead, taken)) => (Some(ahead), taken),
+        None => (None, None),
+    };
+    let mut booted = match taken {
         Some(mut b) => {
             // Its creation and start were off this execution's path, which begins now.
             b.times = HostTimes {
@@ -764,12 +826,19 @@ async fn run<S: Sink>(
     };
     // The next one boots once this one has (two at once would slow this one's).
     if let Some(ahead) = ahead {
-        ahead.boot_next(docker, key, &body, removals);
+        ahead.boot_next(docker, key.clone(), &body, removals);
     }
     let attached = booted
         .attached
         .take()
         .expect("a booted container is driven once");
+    // Once this one's command runs, the next announced one of this key may be staged.
+    let on_start = ahead.map(|ahead| {
+        let (ahead, removals) = (ahead.clone(), removals.clone());
+        Box::new(move || ahead.stage_next(key, &removals)) as Box<dyn FnOnce() + Send>
+    });
+    let mut sink = sink;
+    sink.take(&std::mem::take(&mut booted.early_output));
     let driven = drive(
         docker,
         &booted.container.id,
@@ -777,6 +846,7 @@ async fn run<S: Sink>(
         booted.times,
         &spec,
         sink,
+        on_start,
     )
     .await;
     // Removed on every path: here when we get this far, by the guard's Drop when cancelled.
@@ -790,6 +860,8 @@ pub(super) struct Booted {
     container: Container,
     /// Its output and input, until an execution drives it.
     attached: Option<bollard::container::AttachContainerResults>,
+    /// Output read before an execution took it (staging ahead: up to the unpacked tree).
+    early_output: Vec<u8>,
     /// Creating, attaching and the start request; the rest is filled as it runs.
     times: HostTimes,
 }
@@ -829,6 +901,7 @@ async fn boot(
     Ok(Booted {
         container,
         attached: Some(attached),
+        early_output: Vec::new(),
         times: HostTimes {
             create,
             attach,
@@ -838,14 +911,19 @@ async fn boot(
     })
 }
 
-/// The most containers booted ahead at once; the oldest goes when one more is booted.
+/// The most containers booted ahead at once (the oldest goes when one more is booted), and the
+/// most executions announced and not yet staged.
 const MAX_AHEAD: usize = 4;
-/// How long a container booted ahead waits for an execution before it is removed.
+/// How long a container booted ahead waits for an execution before it is removed; one that
+/// staged an announced execution's tree waits that long beyond its timeout (the execution
+/// before it may run that long), and an announcement is forgotten after that long.
 const AHEAD_IDLE: Duration = Duration::from_secs(30);
 
 /// Containers booted ahead of the executions that will take them: when an execution starts, the
 /// next container for the same image and limits is booted (and its copy of the repository
-/// made) while it runs, so the next execution of that environment skips both. One per
+/// made) while it runs, so the next execution of that environment skips both. When that next
+/// execution was announced, and the stage-ahead mode says so, the container is also given its
+/// input and stages its tree; only an execution of an equal request takes it then. One per
 /// image and limits, at most [`MAX_AHEAD`], each removed after [`AHEAD_IDLE`] unused.
 #[derive(Clone)]
 pub(super) struct Ahead {
@@ -855,9 +933,13 @@ pub(super) struct Ahead {
 struct AheadState {
     /// Off: every execution boots its own container.
     on: bool,
+    /// When an announced execution's tree is staged in the container booted for it.
+    stage: StageAheadMode,
     spares: Mutex<Vec<Spare>>,
+    /// Executions announced as coming next and not staged yet.
+    announced: Mutex<Vec<Announced>>,
     /// Keys being booted, each until its container is kept or its boot failed (watched, so
-    /// that draining can wait for them).
+    /// that draining, and an execution of that key, can wait for them).
     booting: tokio::sync::watch::Sender<Vec<String>>,
     serial: std::sync::atomic::AtomicU64,
 }
@@ -867,30 +949,106 @@ struct Spare {
     key: String,
     serial: u64,
     booted: Booted,
+    /// The execution whose tree it staged, if it was given one.
+    staged: Option<StagedFor>,
+}
+
+/// The announced execution a container booted ahead was given the input of: it staged that
+/// execution's tree, with that nonce, and waits for the go line.
+struct StagedFor {
+    request: ExecRequest,
+    nonce: String,
+}
+
+/// An execution announced as coming next ([`crate::Sandbox::exec_ahead`]).
+struct Announced {
+    key: String,
+    request: ExecRequest,
+    since: Instant,
+}
+
+/// A container an execution takes from [`Ahead`].
+pub(super) struct Taken {
+    booted: Booted,
+    /// The nonce of its script when it staged this execution's tree ahead.
+    staged_nonce: Option<String>,
 }
 
 impl Ahead {
-    /// Boots containers ahead when `on`; else never.
-    pub(super) fn new(on: bool) -> Ahead {
+    /// Boots containers ahead when `on`, and stages announced executions in them as `stage`
+    /// says; else never.
+    pub(super) fn new(on: bool, stage: StageAheadMode) -> Ahead {
         Ahead {
             state: Arc::new(AheadState {
                 on,
+                stage,
                 spares: Mutex::default(),
+                announced: Mutex::default(),
                 booting: tokio::sync::watch::channel(Vec::new()).0,
                 serial: Default::default(),
             }),
         }
     }
 
-    /// A container booted ahead for `key`, if there is one.
-    fn take(&self, key: &str) -> Option<Booted> {
-        let mut spares = crate::lock(&self.state.spares);
-        let i = spares.iter().position(|s| s.key == key)?;
-        Some(spares.remove(i).booted)
+    /// Announces that an execution of `request` on `image` comes next, so that the container
+    /// booted ahead for it stages its tree; a request that fails validation is not announced.
+    pub(super) fn announce(&self, image: &str, request: &ExecRequest) {
+        let state = &self.state;
+        // An invalid request is not staged: its execution meets the error on its path.
+        if !state.on || state.stage == StageAheadMode::Off || validate(request).is_err() {
+            return;
+        }
+        let key = execution_spec(image, request).key();
+        let mut announced = crate::lock(&state.announced);
+        announced.retain(|a| a.since.elapsed() < AHEAD_IDLE);
+        if announced
+            .iter()
+            .any(|a| a.key == key && a.request == *request)
+        {
+            return;
+        }
+        if announced.len() >= MAX_AHEAD {
+            announced.remove(0);
+        }
+        announced.push(Announced {
+            key,
+            request: request.clone(),
+            since: Instant::now(),
+        });
     }
 
-    /// Boots a container of `body` ahead, in the background, unless one for `key` is there or
-    /// on its way. A failure only means the next execution boots its own (and reports why).
+    /// The container for an execution of `request` (container key `key`): the one that staged
+    /// this request's tree ahead, else one booted ahead and not staged, waiting for one of
+    /// that key being booted; `None` when there is none.
+    async fn take(&self, key: &str, request: &ExecRequest) -> Option<Taken> {
+        let state = &self.state;
+        // Run now, it is no longer one to stage ahead.
+        crate::lock(&state.announced).retain(|a| !(a.key == key && a.request == *request));
+        if !state.on {
+            return None;
+        }
+        let mut booting = state.booting.subscribe();
+        let _ = booting
+            .wait_for(|keys| !keys.iter().any(|k| k == key))
+            .await;
+        let mut spares = crate::lock(&state.spares);
+        let staged_for_it =
+            |s: &Spare| s.key == key && s.staged.as_ref().is_some_and(|f| f.request == *request);
+        let i = spares.iter().position(staged_for_it).or_else(|| {
+            spares
+                .iter()
+                .position(|s| s.key == key && s.staged.is_none())
+        })?;
+        let spare = spares.remove(i);
+        Some(Taken {
+            booted: spare.booted,
+            staged_nonce: spare.staged.map(|f| f.nonce),
+        })
+    }
+
+    /// Boots a container of `body` ahead, in the background, unless one for `key` that staged
+    /// no execution is there or one is on its way. A failure only means the next execution
+    /// boots its own (and reports why).
     fn boot_next(
         &self,
         docker: &Docker,
@@ -899,7 +1057,10 @@ impl Ahead {
         removals: &Removals,
     ) {
         let state = &self.state;
-        if !state.on || crate::lock(&state.spares).iter().any(|s| s.key == key) {
+        let ready = crate::lock(&state.spares)
+            .iter()
+            .any(|s| s.key == key && s.staged.is_none());
+        if !state.on || ready {
             return;
         }
         let claimed = state.booting.send_if_modified(|keys| {
@@ -917,7 +1078,7 @@ impl Ahead {
         tokio::spawn(async move {
             let image = body.image.clone().unwrap_or_default();
             match boot(&docker, &body, &image, &LimitWarnings::default()).await {
-                Ok(booted) => this.keep(key.clone(), booted, &removals).await,
+                Ok(booted) => this.keep(key.clone(), booted, None, &removals).await,
                 Err(e) => debug!(error = %e, "booting an execution container ahead failed"),
             }
             this.state
@@ -926,18 +1087,140 @@ impl Ahead {
         });
     }
 
-    /// Keeps a container booted ahead until an execution takes it or it has waited too long.
-    async fn keep(&self, key: String, booted: Booted, removals: &Removals) {
+    /// An execution of container key `key` started its command: when the mode says to stage
+    /// now and an execution of that key was announced, gives its input to a container booted
+    /// ahead for `key` (once booted), in the background, so it stages the tree and waits for
+    /// the go line. Claims `key` as being booted meanwhile, so its execution waits for it.
+    fn stage_next(&self, key: String, removals: &Removals) {
+        let state = &self.state;
+        let announced = {
+            let announced = crate::lock(&state.announced);
+            announced.iter().any(|a| a.key == key)
+        };
+        if !state.on || !announced || !stage_ahead::stage_now(state.stage) {
+            return;
+        }
+        let (this, removals) = (self.clone(), removals.clone());
+        tokio::spawn(async move {
+            let mut booting = this.state.booting.subscribe();
+            let _ = booting.wait_for(|keys| !keys.contains(&key)).await;
+            let claimed = this.state.booting.send_if_modified(|keys| {
+                let free = !keys.contains(&key);
+                if free {
+                    keys.push(key.clone());
+                }
+                free
+            });
+            if !claimed {
+                return;
+            }
+            this.stage_in_spare(&key, &removals).await;
+            this.state
+                .booting
+                .send_modify(|keys| keys.retain(|k| *k != key));
+        });
+    }
+
+    /// Writes the input of the execution announced first for `key` into a container booted
+    /// ahead for `key` that staged nothing, and keeps it as staged for that execution (within
+    /// that execution's timeout, else the container goes).
+    async fn stage_in_spare(&self, key: &str, removals: &Removals) {
+        let next = {
+            let mut announced = crate::lock(&self.state.announced);
+            announced.retain(|a| a.since.elapsed() < AHEAD_IDLE);
+            let i = announced.iter().position(|a| a.key == key);
+            i.map(|i| announced.remove(i))
+        };
+        let Some(next) = next else { return };
+        let spare = {
+            let mut spares = crate::lock(&self.state.spares);
+            let i = spares
+                .iter()
+                .position(|s| s.key == key && s.staged.is_none());
+            i.map(|i| spares.remove(i))
+        };
+        let Some(Spare { mut booted, .. }) = spare else {
+            return;
+        };
+        let timeout = next.request.limits.timeout;
+        let nonce = reprobench_domain::secret::random_hex(16);
+        let staged = async {
+            let input = input_archive(&script(&nonce, &next.request), &next.request)?;
+            let Booted {
+                attached,
+                early_output,
+                ..
+            } = &mut booted;
+            let attached = attached
+                .as_mut()
+                .expect("a container booted ahead is attached");
+            let stage = async {
+                attached.input.write_all(&input).await?;
+                attached.input.flush().await?;
+                // Read until the tree is unpacked (or its setup failed and the output ended):
+                // the output is kept for the execution, and the container is then ready.
+                let ready = format!("REPROBENCH-{nonce} PHASE unpack ");
+                let failed = format!("REPROBENCH-{nonce} SETUP-FAILED ");
+                while let Some(Ok(chunk)) = attached.output.next().await {
+                    let from = early_output.len().saturating_sub(ready.len());
+                    early_output.extend_from_slice(chunk.as_ref());
+                    let tail = &early_output[from..];
+                    if holds(tail, ready.as_bytes()) || holds(tail, failed.as_bytes()) {
+                        break;
+                    }
+                }
+                Ok::<(), std::io::Error>(())
+            };
+            match tokio::time::timeout(timeout, stage).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(SandboxError::Infra(format!(
+                    "sending the inputs to the execution container: {e}"
+                ))),
+                Err(_) => Err(SandboxError::Infra(format!(
+                    "the execution container did not stage its tree within {timeout:?}"
+                ))),
+            }
+        };
+        match staged.await {
+            Ok(()) => {
+                let staged = StagedFor {
+                    request: next.request,
+                    nonce,
+                };
+                self.keep(key.to_string(), booted, Some(staged), removals)
+                    .await
+            }
+            Err(e) => {
+                debug!(error = %e, "staging an announced execution ahead failed");
+                removals.remove(booted.container).await;
+            }
+        }
+    }
+
+    /// Keeps a container booted ahead until an execution takes it or it has waited too long
+    /// ([`AHEAD_IDLE`], and beyond the staged execution's timeout when it staged one).
+    async fn keep(
+        &self,
+        key: String,
+        booted: Booted,
+        staged: Option<StagedFor>,
+        removals: &Removals,
+    ) {
         let serial = self
             .state
             .serial
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let idle = match &staged {
+            Some(s) => s.request.limits.timeout + AHEAD_IDLE,
+            None => AHEAD_IDLE,
+        };
         let oldest = {
             let mut spares = crate::lock(&self.state.spares);
             spares.push(Spare {
                 key,
                 serial,
                 booted,
+                staged,
             });
             (spares.len() > MAX_AHEAD).then(|| spares.remove(0))
         };
@@ -946,7 +1229,7 @@ impl Ahead {
         }
         let (this, removals) = (self.clone(), removals.clone());
         tokio::spawn(async move {
-            tokio::time::sleep(AHEAD_IDLE).await;
+            tokio::time::sleep(idle).await;
             let idle = {
                 let mut spares = crate::lock(&this.state.spares);
                 let i = spares.iter().position(|s| s.serial == serial);
@@ -966,8 +1249,16 @@ impl Ahead {
         )
     }
 
-    /// Removes every container booted ahead, once those being booted are.
+    /// How many of the containers booted ahead staged an announced execution's tree.
+    pub(super) fn staged(&self) -> usize {
+        let spares = crate::lock(&self.state.spares);
+        spares.iter().filter(|s| s.staged.is_some()).count()
+    }
+
+    /// Forgets the announced executions and removes every container booted ahead, once those
+    /// being booted are.
     pub(super) async fn drain(&self, removals: &Removals) {
+        crate::lock(&self.state.announced).clear();
         let mut booting = self.state.booting.subscribe();
         let _ = booting.wait_for(|keys| keys.is_empty()).await;
         let spares = std::mem::take(&mut *crate::lock(&self.state.spares));
@@ -975,6 +1266,11 @@ impl Ahead {
             removals.remove(s.booted.container).await;
         }
     }
+}
+
+/// Whether `needle` occurs in `hay`.
+fn holds(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
 /// A limit the engine may refuse to set on this kernel.
@@ -1214,7 +1510,8 @@ impl Drop for Container {
 }
 
 /// Feeds the input to a started container, waits with the timeout (killing the container when
-/// it passes) until it exits or its output gives its last mark, collects.
+/// it passes) until it exits or its output gives its last mark, collects; calls `on_start`
+/// once the output shows that the command started.
 async fn drive<S: Sink>(
     docker: &Docker,
     id: &str,
@@ -1222,6 +1519,7 @@ async fn drive<S: Sink>(
     mut times: HostTimes,
     spec: &Spec<'_>,
     sink: S,
+    mut on_start: Option<Box<dyn FnOnce() + Send>>,
 ) -> Result<Ran<S>, SandboxError> {
     let collector = Arc::new(Mutex::new(Some(sink)));
     let (finished_tx, mut finished) = tokio::sync::oneshot::channel::<i64>();
@@ -1233,6 +1531,11 @@ async fn drive<S: Sink>(
                 let mut sink = crate::lock(&collector);
                 let Some(sink) = sink.as_mut() else { break };
                 sink.take(chunk.as_ref());
+                if sink.started()
+                    && let Some(started) = on_start.take()
+                {
+                    started();
+                }
                 if let Some(status) = sink.finished() {
                     let _ = finished_tx.send(status);
                     break;
@@ -1245,11 +1548,19 @@ async fn drive<S: Sink>(
     let mut input = attached.input;
     let started = Instant::now();
     if let Some(bytes) = &spec.stdin {
-        input.write_all(bytes).await.map_err(|e| {
-            SandboxError::Infra(format!(
-                "sending the inputs to the execution container: {e}"
-            ))
-        })?;
+        match input.write_all(bytes).await {
+            // A container that staged its tree ahead and ended (its setup failed) reads no go
+            // line: its output and exit say why, as they would have on the execution's path.
+            Err(e) if bytes.as_slice() == GO => {
+                debug!(container = %id, error = %e, "the go line was not read")
+            }
+            Err(e) => {
+                return Err(SandboxError::Infra(format!(
+                    "sending the inputs to the execution container: {e}"
+                )));
+            }
+            Ok(()) => {}
+        }
         let _ = input.flush().await;
     }
     let mut wait = Box::pin(docker.wait_container(id, None));
@@ -1405,6 +1716,7 @@ mod tests {
         let text = "REPROBENCH-n1 PHASE boot 1100\nREPROBENCH-n1 PHASE copy 1300\n\
                     REPROBENCH-n1 PHASE input 1350\nREPROBENCH-n1 PHASE files 1400\n\
                     REPROBENCH-x PHASE stage 1\nREPROBENCH-n1 PHASE stage 1600\n\
+                    REPROBENCH-n1 PHASE unpack 1990\n\
                     REPROBENCH-n1 START 2000\nREPROBENCH-n1 PHASE stage 9\n\
                     REPROBENCH-n1 END 0 7000\n";
         let f = framed(&[text], 1 << 20);
@@ -1415,7 +1727,8 @@ mod tests {
                 ("copy", 1300),
                 ("input", 1350),
                 ("files", 1400),
-                ("stage", 1600)
+                ("stage", 1600),
+                ("unpack", 1990)
             ]
         );
         assert_eq!(
@@ -1430,7 +1743,7 @@ mod tests {
             exit_seen_ns: 7300,
             output_wait: Duration::from_nanos(20),
         };
-        let timeline: Vec<(&str, u64)> = timeline(&host, &f)
+        let timeline: Vec<(&str, u64)> = timeline(&host, &f, "go")
             .iter()
             .map(|p| (p.name, p.took.as_nanos() as u64))
             .collect();
@@ -1444,7 +1757,8 @@ mod tests {
                 ("input", 50),
                 ("files", 50),
                 ("stage", 200),
-                ("unpack", 400),
+                ("unpack", 390),
+                ("go", 10),
                 ("command", 5000),
                 ("exit", 300),
                 ("output", 20)
@@ -1457,11 +1771,37 @@ mod tests {
             start_requested_ns: 1320,
             ..host
         };
-        let took: Vec<u64> = super::timeline(&ahead, &f)
+        let took: Vec<u64> = super::timeline(&ahead, &f, "go")
             .iter()
             .map(|p| p.took.as_nanos() as u64)
             .collect();
-        assert_eq!(took, [0, 0, 0, 0, 30, 50, 200, 400, 5000, 300, 20]);
+        assert_eq!(took, [0, 0, 0, 0, 30, 50, 200, 390, 10, 5000, 300, 20]);
+        // Its tree staged ahead too: handed over once unpacked, waiting only for the start.
+        let staged = HostTimes {
+            start_requested_ns: 1995,
+            ..ahead
+        };
+        let timeline: Vec<(&str, u64)> = super::timeline(&staged, &f, "ahead")
+            .iter()
+            .map(|p| (p.name, p.took.as_nanos() as u64))
+            .collect();
+        assert_eq!(
+            timeline,
+            [
+                ("create", 0),
+                ("attach", 0),
+                ("boot", 0),
+                ("copy", 0),
+                ("input", 0),
+                ("files", 0),
+                ("stage", 0),
+                ("unpack", 0),
+                ("ahead", 5),
+                ("command", 5000),
+                ("exit", 300),
+                ("output", 20)
+            ]
+        );
     }
 
     #[test]
@@ -1514,6 +1854,17 @@ mod tests {
         assert!(s.contains("apply code /stage/in/patches/0.patch"));
         assert!(s.contains("setpriv --reuid=\"$U\" --regid=\"$U\" --clear-groups -- bash -c 'echo '\\''hi'\\'''"), "{s}");
         assert!(s.find("rm -rf /stage/repo").unwrap() < s.find(" START ").unwrap());
+        // The command starts only once the go line is read, and has no way to the input.
+        assert!(
+            s.starts_with("N=nonce123\nU=1000\nexec 2>&1 3<&0 </dev/null\n"),
+            "{s}"
+        );
+        let go = s.find("read -r go <&3").unwrap();
+        assert!(s.find("PHASE unpack").is_none() && s.find("phase unpack").unwrap() < go);
+        assert!(
+            go < s.find("exec 3<&-").unwrap()
+                && s.find("exec 3<&-").unwrap() < s.find(" START ").unwrap()
+        );
         let boot = boot_command();
         assert!(!boot.contains("nonce") && !boot.contains("patch"));
         let archive = input_archive(&s, &req).unwrap();

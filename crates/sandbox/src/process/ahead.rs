@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+use crate::stage_ahead::StageAheadMode;
+
 /// At most this many trees are announced or staged ahead at once (the oldest goes first).
 const MAX_AHEAD: usize = 4;
 /// A tree announced or staged this long ago and not taken is discarded.
@@ -57,20 +59,6 @@ struct Entry {
     /// Kills the staging when set (the tree is no longer wanted).
     cancel: Arc<AtomicBool>,
     state: State,
-}
-
-/// When the process sandbox stages an announced tree ahead.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum StageAheadMode {
-    /// Never: every tree is staged on its execution's path (the baseline).
-    Off,
-    /// When a core is idle as an execution's command starts: staging ahead then takes no CPU
-    /// from running tests (on as many busy slots as cores it would only move the work).
-    #[default]
-    WhenIdle,
-    /// Always, whatever else runs.
-    Always,
 }
 
 /// The trees announced or staged ahead on one sandbox.
@@ -129,7 +117,7 @@ impl StageAhead {
     /// Starts staging every announced tree (an execution's command has started: the stage's
     /// work no longer delays it).
     pub(super) fn start(&self) {
-        if self.mode == StageAheadMode::WhenIdle && !a_core_is_idle() {
+        if !crate::stage_ahead::stage_now(self.mode) {
             // Left announced: its execution stages its own tree.
             return;
         }
@@ -202,39 +190,5 @@ fn discard(e: Entry) {
     e.cancel.store(true, Ordering::Relaxed);
     if let State::Staging(rx) = e.state {
         std::thread::spawn(move || drop(rx.blocking_recv()));
-    }
-}
-
-/// Whether fewer threads are runnable on this host than it has cores, besides the caller: the
-/// kernel's count of runnable threads (`/proc/loadavg`'s fourth field, `R/T`), taken now.
-fn a_core_is_idle() -> bool {
-    // Read once: on Linux each call reads the cgroup's CPU quota files.
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let Ok(text) = std::fs::read_to_string("/proc/loadavg") else {
-        return false;
-    };
-    runnable_besides_caller(&text).is_some_and(|r| r < cores)
-}
-
-/// The runnable threads `/proc/loadavg` counts, less the reader itself.
-fn runnable_besides_caller(loadavg: &str) -> Option<usize> {
-    let field = loadavg.split_whitespace().nth(3)?;
-    let (runnable, _) = field.split_once('/')?;
-    Some(runnable.parse::<usize>().ok()?.saturating_sub(1))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn runnable_threads_are_read_from_loadavg_without_the_reader() {
-        assert_eq!(
-            runnable_besides_caller("1.24 1.17 1.95 3/412 11611\n"),
-            Some(2)
-        );
-        assert_eq!(runnable_besides_caller("0.00 0.00 0.00 1/80 1\n"), Some(0));
-        assert_eq!(runnable_besides_caller("garbage"), None);
     }
 }

@@ -7,7 +7,7 @@
 //! that cannot give executions that refuses them, unless allowed to run them unisolated.
 
 mod ahead;
-pub use ahead::StageAheadMode;
+pub use crate::stage_ahead::StageAheadMode;
 mod checkout;
 mod exec;
 mod host;
