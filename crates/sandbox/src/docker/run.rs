@@ -918,6 +918,8 @@ const MAX_AHEAD: usize = 4;
 /// staged an announced execution's tree waits that long beyond its timeout (the execution
 /// before it may run that long), and an announcement is forgotten after that long.
 const AHEAD_IDLE: Duration = Duration::from_secs(30);
+/// How often `when-idle` reads the host's load while an announced execution waits to be staged.
+const IDLE_POLL: Duration = Duration::from_millis(50);
 
 /// Containers booted ahead of the executions that will take them: when an execution starts, the
 /// next container for the same image and limits is booted (and its copy of the repository
@@ -1087,21 +1089,33 @@ impl Ahead {
         });
     }
 
-    /// An execution of container key `key` started its command: when the mode says to stage
-    /// now and an execution of that key was announced, gives its input to a container booted
-    /// ahead for `key` (once booted), in the background, so it stages the tree and waits for
-    /// the go line. Claims `key` as being booted meanwhile, so its execution waits for it.
+    /// Whether an execution of container key `key` is announced (and not forgotten).
+    fn announced(&self, key: &str) -> bool {
+        let announced = crate::lock(&self.state.announced);
+        announced
+            .iter()
+            .any(|a| a.key == key && a.since.elapsed() < AHEAD_IDLE)
+    }
+
+    /// An execution of container key `key` started its command: when an execution of that key
+    /// was announced, gives its input, once the mode says to stage (`when-idle`: as soon as a
+    /// core is idle while that announcement stands, read every [`IDLE_POLL`]), to a container
+    /// booted ahead for `key` (once booted), in the background, so it stages the tree and
+    /// waits for the go line. Claims `key` as being booted meanwhile, so its execution waits
+    /// for it.
     fn stage_next(&self, key: String, removals: &Removals) {
-        let state = &self.state;
-        let announced = {
-            let announced = crate::lock(&state.announced);
-            announced.iter().any(|a| a.key == key)
-        };
-        if !state.on || !announced || !stage_ahead::stage_now(state.stage) {
+        if !self.state.on || !self.announced(&key) {
             return;
         }
         let (this, removals) = (self.clone(), removals.clone());
         tokio::spawn(async move {
+            // The command's own start keeps a core busy for a moment: the reading is repeated.
+            while !stage_ahead::stage_now(this.state.stage) {
+                tokio::time::sleep(IDLE_POLL).await;
+                if !this.announced(&key) {
+                    return;
+                }
+            }
             let mut booting = this.state.booting.subscribe();
             let _ = booting.wait_for(|keys| !keys.contains(&key)).await;
             let claimed = this.state.booting.send_if_modified(|keys| {
