@@ -132,8 +132,9 @@ pub struct DockerConfig {
     pub cache_dir: PathBuf,
     /// Bytes reprobench's env and instance images may use before the least recently used go.
     pub disk_budget_bytes: u64,
-    /// Boot the next execution's container (and make its copy of the repository) while an
-    /// execution of the same image and limits runs, off the next one's critical path.
+    /// Boot the container of an announced next execution ([`Sandbox::exec_ahead`]), and make
+    /// its copy of the repository, while an execution of the same image and limits runs, off
+    /// the next one's critical path.
     #[serde(default = "boot_ahead_default")]
     pub boot_ahead: bool,
     /// When the container booted ahead for an announced execution

@@ -395,9 +395,11 @@ async fn booted_ahead(sb: &DockerSandbox) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
-    let Some((sb, _cache)) = sandbox().await else {
+    let Some((_sb, _cache)) = sandbox().await else {
         return;
     };
+    // Booted ahead, not staged: the container's own copy and the execution's input.
+    let (sb, _cache) = staging(StageAheadMode::Off).await;
     let shared = shared(&sb).await;
     let prepared = alias(&sb, &shared, "ahead").await;
     let Prepared::Image(image) = &prepared else {
@@ -405,13 +407,6 @@ async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
     };
     let leave = "echo left > /tmp/left; echo left > /work/left; echo left > calc.py; \
                  setsid sleep 3617 & echo first";
-    let out = sb.exec(&prepared, sh(leave)).await.unwrap();
-    assert_ran(&out, 0);
-    assert_eq!(out.output, "first\n");
-    booted_ahead(&sb).await;
-
-    // Taken by the next execution of the image and limits: nothing of the first is there, the
-    // patches and files are this one's, and its creation was off this execution's path.
     let mut req = sh(
         "test -e /tmp/left || echo no-tmp; test -e /work/left || echo no-work; cat calc.py new.txt; \
          cat /proc/[0-9]*/cmdline | tr '\\0' ' ' | grep -q 'sleep 361[7]' || echo no-sleep",
@@ -421,6 +416,19 @@ async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
         contents: b"mine\n".to_vec(),
         mode: 0o644,
     });
+    // Not announced: nothing is booted for it.
+    let out = sb.exec(&prepared, sh("true")).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(sb.booted_ahead(), (0, 0));
+    sb.exec_ahead(&prepared, &req);
+    let out = sb.exec(&prepared, sh(leave)).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(out.output, "first\n");
+    booted_ahead(&sb).await;
+
+    // Taken by the next execution of the image and limits: nothing of the first is there, the
+    // patches and files are this one's, and its creation was off this execution's path.
+    sb.exec_ahead(&prepared, &sh("echo third"));
     let out = sb.exec(&prepared, req).await.unwrap();
     assert_ran(&out, 0);
     assert_eq!(
@@ -433,13 +441,15 @@ async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
         "{out:?}"
     );
 
-    // Other limits are another environment: that execution boots its own.
+    // Other limits are another environment: that execution boots its own (and, announcing
+    // nothing, has nothing booted after it).
     booted_ahead(&sb).await;
     let mut req = sh("echo other");
     req.limits.memory_mb = 256;
     let out = sb.exec(&prepared, req).await.unwrap();
     assert_ran(&out, 0);
     assert!(took(&out, "create") > Duration::ZERO, "{out:?}");
+    assert_eq!(sb.booted_ahead(), (1, 0));
 
     // Settling removes what was booted ahead, and nothing is left.
     sb.settle().await;
@@ -456,6 +466,7 @@ async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
     })
     .await
     .unwrap();
+    off.exec_ahead(&shared, &sh("echo next"));
     let out = off.exec(&shared, sh("true")).await.unwrap();
     assert_ran(&out, 0);
     assert_eq!(off.booted_ahead(), (0, 0));

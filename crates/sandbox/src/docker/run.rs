@@ -921,12 +921,13 @@ const AHEAD_IDLE: Duration = Duration::from_secs(30);
 /// How often `when-idle` reads the host's load while an announced execution waits to be staged.
 const IDLE_POLL: Duration = Duration::from_millis(50);
 
-/// Containers booted ahead of the executions that will take them: when an execution starts, the
-/// next container for the same image and limits is booted (and its copy of the repository
-/// made) while it runs, so the next execution of that environment skips both. When that next
-/// execution was announced, and the stage-ahead mode says so, the container is also given its
-/// input and stages its tree; only an execution of an equal request takes it then. One per
-/// image and limits, at most [`MAX_AHEAD`], each removed after [`AHEAD_IDLE`] unused.
+/// Containers booted ahead of the executions that will take them: when an execution starts and
+/// the next one of the same image and limits was announced, a container for it is booted (and
+/// its copy of the repository made) while the current one runs, so the next execution skips
+/// both. Once the current command runs, and the stage-ahead mode says so, that container is
+/// also given the announced execution's input and stages its tree; only an execution of an
+/// equal request takes it then. One per image and limits, at most [`MAX_AHEAD`], each removed
+/// after [`AHEAD_IDLE`] unused.
 #[derive(Clone)]
 pub(super) struct Ahead {
     state: Arc<AheadState>,
@@ -992,12 +993,13 @@ impl Ahead {
         }
     }
 
-    /// Announces that an execution of `request` on `image` comes next, so that the container
-    /// booted ahead for it stages its tree; a request that fails validation is not announced.
+    /// Announces that an execution of `request` on `image` comes next, so that a container is
+    /// booted ahead for it (and stages its tree, as the mode says); a request that fails
+    /// validation is not announced.
     pub(super) fn announce(&self, image: &str, request: &ExecRequest) {
         let state = &self.state;
-        // An invalid request is not staged: its execution meets the error on its path.
-        if !state.on || state.stage == StageAheadMode::Off || validate(request).is_err() {
+        // An invalid request is not prepared: its execution meets the error on its path.
+        if !state.on || validate(request).is_err() {
             return;
         }
         let key = execution_spec(image, request).key();
@@ -1048,9 +1050,9 @@ impl Ahead {
         })
     }
 
-    /// Boots a container of `body` ahead, in the background, unless one for `key` that staged
-    /// no execution is there or one is on its way. A failure only means the next execution
-    /// boots its own (and reports why).
+    /// Boots a container of `body` ahead, in the background, when an execution of `key` is
+    /// announced, unless one for `key` that staged no execution is there or one is on its
+    /// way. A failure only means the next execution boots its own (and reports why).
     fn boot_next(
         &self,
         docker: &Docker,
@@ -1062,7 +1064,9 @@ impl Ahead {
         let ready = crate::lock(&state.spares)
             .iter()
             .any(|s| s.key == key && s.staged.is_none());
-        if !state.on || ready {
+        // Nothing is booted for an execution nobody said would come: on busy cores an unused
+        // container's start and copy would only slow the tests that run.
+        if !state.on || ready || !self.announced(&key) {
             return;
         }
         let claimed = state.booting.send_if_modified(|keys| {
@@ -1104,7 +1108,8 @@ impl Ahead {
     /// waits for the go line. Claims `key` as being booted meanwhile, so its execution waits
     /// for it.
     fn stage_next(&self, key: String, removals: &Removals) {
-        if !self.state.on || !self.announced(&key) {
+        let state = &self.state;
+        if !state.on || state.stage == StageAheadMode::Off || !self.announced(&key) {
             return;
         }
         let (this, removals) = (self.clone(), removals.clone());
