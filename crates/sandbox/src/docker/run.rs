@@ -1069,14 +1069,7 @@ impl Ahead {
         if !state.on || ready || !self.announced(&key) {
             return;
         }
-        let claimed = state.booting.send_if_modified(|keys| {
-            let free = !keys.contains(&key);
-            if free {
-                keys.push(key.clone());
-            }
-            free
-        });
-        if !claimed {
+        if !self.claim(&key) {
             return;
         }
         let (this, docker, body, removals) =
@@ -1087,10 +1080,26 @@ impl Ahead {
                 Ok(booted) => this.keep(key.clone(), booted, None, &removals).await,
                 Err(e) => debug!(error = %e, "booting an execution container ahead failed"),
             }
-            this.state
-                .booting
-                .send_modify(|keys| keys.retain(|k| *k != key));
+            this.release(&key);
         });
+    }
+
+    /// Marks `key` as being booted or staged, unless it already is; whether it was free.
+    fn claim(&self, key: &str) -> bool {
+        self.state.booting.send_if_modified(|keys| {
+            let free = !keys.iter().any(|k| k == key);
+            if free {
+                keys.push(key.to_string());
+            }
+            free
+        })
+    }
+
+    /// Ends what [`Ahead::claim`] began for `key`.
+    fn release(&self, key: &str) {
+        self.state
+            .booting
+            .send_modify(|keys| keys.retain(|k| k != key));
     }
 
     /// Whether an execution of container key `key` is announced (and not forgotten).
@@ -1123,20 +1132,11 @@ impl Ahead {
             }
             let mut booting = this.state.booting.subscribe();
             let _ = booting.wait_for(|keys| !keys.contains(&key)).await;
-            let claimed = this.state.booting.send_if_modified(|keys| {
-                let free = !keys.contains(&key);
-                if free {
-                    keys.push(key.clone());
-                }
-                free
-            });
-            if !claimed {
+            if !this.claim(&key) {
                 return;
             }
             this.stage_in_spare(&key, &removals).await;
-            this.state
-                .booting
-                .send_modify(|keys| keys.retain(|k| *k != key));
+            this.release(&key);
         });
     }
 
