@@ -1180,8 +1180,10 @@ impl Ahead {
                 // the output is kept for the execution, and the container is then ready.
                 let ready = format!("REPROBENCH-{nonce} PHASE unpack ");
                 let failed = format!("REPROBENCH-{nonce} SETUP-FAILED ");
+                let longest = ready.len().max(failed.len());
                 while let Some(Ok(chunk)) = attached.output.next().await {
-                    let from = early_output.len().saturating_sub(ready.len());
+                    // From one marker's length back: a marker split across chunks is found.
+                    let from = early_output.len().saturating_sub(longest);
                     early_output.extend_from_slice(chunk.as_ref());
                     let tail = &early_output[from..];
                     if holds(tail, ready.as_bytes()) || holds(tail, failed.as_bytes()) {
