@@ -161,7 +161,8 @@ pub fn swt_executor(name: &str) -> Result<ExecutorKind> {
 /// Why the docker executor cannot run here (no engine, no base image), or `None` when it can.
 pub async fn docker_unready(node: &NodeOptions) -> Option<String> {
     let cfg = node.settings().docker;
-    match reprobench_sandbox::docker::DockerSandbox::connect(cfg).await {
+    let stage = reprobench_sandbox::StageAheadMode::default();
+    match reprobench_sandbox::docker::DockerSandbox::connect(cfg, stage).await {
         Ok(sb) => sb.base_python().await.err().map(|e| e.to_string()),
         Err(e) => Some(e.to_string()),
     }

@@ -71,8 +71,7 @@ pub struct SwtSettings {
     /// set) instead of refusing them; every report then says so.
     pub allow_unisolated_process: bool,
     /// When the process and docker executors stage the next execution's tree while one runs
-    /// (`--stage-ahead`; on docker it is staged in the container booted ahead, and this
-    /// overrides `docker.stage_ahead`).
+    /// (`--stage-ahead`; on docker it is staged in the container booted ahead).
     #[serde(default)]
     pub stage_ahead: reprobench_sandbox::StageAheadMode,
     /// What a sweep may make this node run besides the evaluation itself.
@@ -236,11 +235,7 @@ async fn build_executors(
                 })
             }
             ExecutorKind::Docker => {
-                let config = reprobench_sandbox::docker::DockerConfig {
-                    stage_ahead: s.stage_ahead,
-                    ..s.docker.clone()
-                };
-                let sandbox = DockerSandbox::connect(config)
+                let sandbox = DockerSandbox::connect(s.docker.clone(), s.stage_ahead)
                     .await
                     .map_err(|e| NodeError::Config(format!("--slots docker=N: {e}")))?;
                 let e = SwtExecutor::new(

@@ -137,11 +137,6 @@ pub struct DockerConfig {
     /// the next one's critical path.
     #[serde(default = "boot_ahead_default")]
     pub boot_ahead: bool,
-    /// When the container booted ahead for an announced execution
-    /// ([`Sandbox::exec_ahead`]) is also given its input, so it stages the tree (files,
-    /// patches, seal, unpacking) before the execution takes it (needs `boot_ahead`).
-    #[serde(default)]
-    pub stage_ahead: crate::StageAheadMode,
 }
 
 fn boot_ahead_default() -> bool {
@@ -155,7 +150,6 @@ impl Default for DockerConfig {
             cache_dir: default_cache_dir(),
             disk_budget_bytes: 20 << 30,
             boot_ahead: true,
-            stage_ahead: crate::StageAheadMode::default(),
         }
     }
 }
@@ -258,12 +252,19 @@ struct Inner {
 }
 
 impl DockerSandbox {
-    /// Connects to the local Docker engine. Errors with `Infra` when it cannot be reached.
-    pub async fn connect(cfg: DockerConfig) -> Result<DockerSandbox, SandboxError> {
+    /// Connects to the local Docker engine. `stage_ahead` says when the container booted ahead
+    /// for an announced execution ([`Sandbox::exec_ahead`]) is also given its input, so it
+    /// stages the tree (files, patches, seal, unpacking) before the execution takes it (needs
+    /// `cfg.boot_ahead`; the node's `--stage-ahead`, which serves the process sandbox too).
+    /// Errors with `Infra` when the engine cannot be reached.
+    pub async fn connect(
+        cfg: DockerConfig,
+        stage_ahead: crate::StageAheadMode,
+    ) -> Result<DockerSandbox, SandboxError> {
         let docker = connect_engine().await?;
         run::remove_leftovers(&docker).await;
         let usage = load_usage(&cfg.cache_dir.join(USAGE_FILE));
-        let ahead = run::Ahead::new(cfg.boot_ahead, cfg.stage_ahead);
+        let ahead = run::Ahead::new(cfg.boot_ahead, stage_ahead);
         Ok(DockerSandbox {
             inner: Arc::new(Inner {
                 docker,

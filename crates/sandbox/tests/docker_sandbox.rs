@@ -43,7 +43,7 @@ async fn sandbox() -> Option<(DockerSandbox, tempfile::TempDir)> {
         cache_dir: cache.path().to_path_buf(),
         ..DockerConfig::default()
     };
-    let sb = match DockerSandbox::connect(cfg).await {
+    let sb = match DockerSandbox::connect(cfg, StageAheadMode::default()).await {
         Ok(sb) => sb,
         Err(e) => return skip(&format!("the Docker engine is not reachable ({e})")),
     };
@@ -380,17 +380,23 @@ async fn prepare_builds_each_layer_once_and_exec_runs_the_tests() {
     remove_image(&sb, &instance_tag).await;
 }
 
-/// Polls until a container for the next execution is booted ahead, failing at the deadline.
-async fn booted_ahead(sb: &DockerSandbox) {
+/// Polls every 50 ms until `done` holds, failing at a 120 s deadline with `state()` in the message.
+async fn poll_until(what: &str, done: impl Fn() -> bool, state: impl Fn() -> String) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    while sb.booted_ahead() != (1, 0) {
-        assert!(
-            Instant::now() < deadline,
-            "no container was booted ahead: {:?}",
-            sb.booted_ahead()
-        );
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: {}", state());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Polls until a container for the next execution is booted ahead, failing at the deadline.
+async fn booted_ahead(sb: &DockerSandbox) {
+    poll_until(
+        "no container was booted ahead",
+        || sb.booted_ahead() == (1, 0),
+        || format!("{:?}", sb.booted_ahead()),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -459,11 +465,14 @@ async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
 
     // Off, no execution boots another ahead.
     let cache = tempfile::tempdir().unwrap();
-    let off = DockerSandbox::connect(DockerConfig {
-        cache_dir: cache.path().to_path_buf(),
-        boot_ahead: false,
-        ..DockerConfig::default()
-    })
+    let off = DockerSandbox::connect(
+        DockerConfig {
+            cache_dir: cache.path().to_path_buf(),
+            boot_ahead: false,
+            ..DockerConfig::default()
+        },
+        StageAheadMode::default(),
+    )
     .await
     .unwrap();
     off.exec_ahead(&shared, &sh("echo next"));
@@ -477,11 +486,13 @@ async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
 /// as `stage` says.
 async fn staging(stage: StageAheadMode) -> (DockerSandbox, tempfile::TempDir) {
     let cache = tempfile::tempdir().unwrap();
-    let sb = DockerSandbox::connect(DockerConfig {
-        cache_dir: cache.path().to_path_buf(),
-        stage_ahead: stage,
-        ..DockerConfig::default()
-    })
+    let sb = DockerSandbox::connect(
+        DockerConfig {
+            cache_dir: cache.path().to_path_buf(),
+            ..DockerConfig::default()
+        },
+        stage,
+    )
     .await
     .unwrap();
     (sb, cache)
@@ -490,16 +501,18 @@ async fn staging(stage: StageAheadMode) -> (DockerSandbox, tempfile::TempDir) {
 /// Polls until `n` containers booted ahead have staged an announced execution's tree (and
 /// nothing is being booted or staged), failing at the deadline.
 async fn staged_ahead(sb: &DockerSandbox, n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while sb.staged_ahead() != n || sb.booted_ahead().1 != 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{n} staged ahead expected: {} staged, {:?} booted",
-            sb.staged_ahead(),
-            sb.booted_ahead()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    poll_until(
+        &format!("{n} staged ahead expected"),
+        || sb.staged_ahead() == n && sb.booted_ahead().1 == 0,
+        || {
+            format!(
+                "{} staged, {:?} booted",
+                sb.staged_ahead(),
+                sb.booted_ahead()
+            )
+        },
+    )
+    .await
 }
 
 /// The error an execution of `req` gives on a sandbox that stages nothing ahead.

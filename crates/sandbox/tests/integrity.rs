@@ -13,6 +13,7 @@ use reprobench_sandbox::docker::{DEFAULT_BASE_IMAGE, DockerConfig, DockerSandbox
 use reprobench_sandbox::process::ProcessSandbox;
 use reprobench_sandbox::{
     EnvRecipe, ExecOutput, ExecRequest, InputFile, Limits, PatchFile, Prepared, Sandbox,
+    StageAheadMode,
 };
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -237,7 +238,7 @@ async fn sandboxes(root: &Path) -> Vec<(&'static str, Arc<dyn Sandbox>, Prepared
         cache_dir: cache.join("docker"),
         ..DockerConfig::default()
     };
-    match DockerSandbox::connect(cfg).await {
+    match DockerSandbox::connect(cfg, StageAheadMode::default()).await {
         Ok(sb) if sb.engine().inspect_image(DEFAULT_BASE_IMAGE).await.is_ok() => {
             let python = sb.base_python().await.expect("base python");
             let r = recipe(bare, commit, &python);
