@@ -604,6 +604,11 @@ pub struct SliceBenchArgs {
     /// Gold validation only: one cold gold evaluation on `--nodes` nodes, its figures per repository.
     #[arg(long)]
     gold_only: bool,
+    /// What preparing executions ahead buys, without the warm gold runs: the cold gold run
+    /// (resumed from --work), the predictions once (their base runs cached), then the
+    /// predictions again without and with each way of preparing ahead, on 1 node and on 2.
+    #[arg(long, conflicts_with = "gold_only")]
+    ahead_only: bool,
     /// Local nodes (one slot each) of the `--gold-only` evaluation.
     #[arg(long, default_value_t = 2)]
     nodes: u32,
@@ -1059,6 +1064,34 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     }
     say("gold, cold (builds every environment), 1 node".into());
     let (cold, wall_cold) = slice_eval(&root, &rows, "gold", &executor, 1, "data-cold", &[])?;
+    let predictions = a
+        .predictions
+        .clone()
+        .unwrap_or_else(|| slice.join("predictions/AssertFlip.jsonl"));
+    if a.ahead_only {
+        say(format!(
+            "{} with gold cached, 1 node (caches their base runs)",
+            predictions.display()
+        ));
+        let args = ["--rules", "swt-bench-2024"];
+        let preds_file = predictions.display().to_string();
+        let (preds, wall_preds) =
+            slice_eval(&root, &rows, &preds_file, &executor, 1, "data-preds", &args)?;
+        let v = serde_json::json!({
+            "executor": executor,
+            "repos": wanted_repos,
+            "instances": instances,
+            "gold_resolved": cold["resolved"],
+            "wall_cold_1_node_s": wall_cold,
+            "cold_resumed": cold["resumed"],
+            "wall_new_predictions_s": wall_preds,
+            "new_predictions_resumed": preds["resumed"],
+            "new_predictions_resolved": preds["resolved"],
+            "new_predictions_official_verdicts": official_verdicts(&a, &slice, &preds)?,
+            "ahead": ahead_comparison(&root, &rows, &preds_file, &executor, &say)?,
+        });
+        return finish_slice(&root, a.work.is_none(), &v, a.json);
+    }
     say("gold again: reuses the finished evaluation".into());
     let (again, wall_again) = slice_eval(&root, &rows, "gold", &executor, 1, "data-cold", &[])?;
     // Warm environments, every execution run again (a fresh execution cache each).
@@ -1073,10 +1106,6 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
     say("gold, environments warm, 2 nodes".into());
     let (_warm2, wall_warm_2) =
         slice_eval(&root, &rows, "gold", &executor, 2, "data-warm2", &["--new"])?;
-    let predictions = a
-        .predictions
-        .clone()
-        .unwrap_or_else(|| slice.join("predictions/AssertFlip.jsonl"));
     say(format!(
         "{} with gold and base cached, 1 node",
         predictions.display()
@@ -1152,7 +1181,8 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
 
 /// The prediction runs without and with the next execution prepared ahead (process: its tree
 /// staged, `--stage-ahead off`; docker: nothing ahead, `--no-boot-ahead`, then only its
-/// container booted, `--stage-ahead off`, then its tree staged in it too), on 1 node and on 2,
+/// container booted, `--stage-ahead off`, then its tree staged in it too; both: within a task
+/// only, `--no-next-task-ahead`, then the next task's first execution too), on 1 node and on 2,
 /// the arms one after the other from the same cache (gold and base executions cached by the
 /// run before): walls, efficiency and phases of each, and the wall ratios.
 fn ahead_comparison(
@@ -1165,11 +1195,19 @@ fn ahead_comparison(
     let arms: &[(&str, &[&str])] = if executor == "docker" {
         &[
             ("without", &["--no-boot-ahead"]),
-            ("booted_only", &["--stage-ahead", "off"]),
+            (
+                "booted_only",
+                &["--stage-ahead", "off", "--no-next-task-ahead"],
+            ),
+            ("within_task", &["--no-next-task-ahead"]),
             ("with", &[]),
         ]
     } else {
-        &[("without", &["--stage-ahead", "off"]), ("with", &[])]
+        &[
+            ("without", &["--stage-ahead", "off"]),
+            ("within_task", &["--no-next-task-ahead"]),
+            ("with", &[]),
+        ]
     };
     let off_flag = arms[0].1;
     let mut by_nodes = serde_json::Map::new();
@@ -1208,6 +1246,13 @@ fn ahead_comparison(
             "wall_ratio_with_to_without".into(),
             (walls[walls.len() - 1] / walls[0]).into(),
         );
+        // What announcing the next task's first execution bought over preparing within a task.
+        if let Some(i) = arms.iter().position(|(name, _)| *name == "within_task") {
+            by_arm.insert(
+                "wall_ratio_with_to_within_task".into(),
+                (walls[walls.len() - 1] / walls[i]).into(),
+            );
+        }
         by_nodes.insert(format!("{nodes}_node"), by_arm.into());
     }
     let mut v = serde_json::Map::new();

@@ -162,6 +162,12 @@ pub struct NodeOptions {
     /// staging ahead buys).
     #[arg(long, value_enum, value_name = "WHEN", default_value = "when-idle")]
     stage_ahead: StageAheadArg,
+    /// Ignore the coordinator's hint of this node's next task. By default, while a task's last
+    /// execution runs, the first execution of the task the coordinator will most likely grant
+    /// next is announced, so its container is booted (docker) and its tree staged as
+    /// `--stage-ahead` says; this flag is the baseline that measures what that buys.
+    #[arg(long)]
+    no_next_task_ahead: bool,
     /// Replay recorded LLM transcripts (a file or directory) instead of calling backbones: runs
     /// are deterministic re-runs and are reported as replays.
     #[arg(long, value_name = "PATH")]
@@ -262,6 +268,7 @@ impl NodeOptions {
         s.preassess_replicas = self.preassess_replicas.max(1);
         s.docker.disk_budget_bytes = self.image_budget_gb << 30;
         s.docker.boot_ahead = !self.no_boot_ahead;
+        s.next_task_ahead = !self.no_next_task_ahead;
         s.stage_ahead = match self.stage_ahead {
             StageAheadArg::Off => StageAheadMode::Off,
             StageAheadArg::WhenIdle => StageAheadMode::WhenIdle,

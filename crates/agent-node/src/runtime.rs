@@ -74,6 +74,11 @@ pub struct SwtSettings {
     /// (`--stage-ahead`; on docker it is staged in the container booted ahead).
     #[serde(default)]
     pub stage_ahead: reprobench_sandbox::StageAheadMode,
+    /// Announce the first execution of the task the coordinator names as this node's next
+    /// while the current task's last execution runs, so its container is booted (and its tree
+    /// staged) ahead too (`--no-next-task-ahead`: off).
+    #[serde(default = "next_task_ahead_default")]
+    pub next_task_ahead: bool,
     /// What a sweep may make this node run besides the evaluation itself.
     #[serde(default)]
     pub code: CodePolicy,
@@ -141,9 +146,14 @@ impl Default for SwtSettings {
             emulator: None,
             allow_unisolated_process: false,
             stage_ahead: Default::default(),
+            next_task_ahead: next_task_ahead_default(),
             code: CodePolicy::default(),
         }
     }
+}
+
+fn next_task_ahead_default() -> bool {
+    true
 }
 
 /// Cache directory of the process sandbox: `CACHE/process`, unless the node runs as root and the
@@ -228,7 +238,8 @@ async fn build_executors(
                     s.cache_dir.clone(),
                     s.artifacts.clone(),
                 )
-                .with_code_policy(&cfg.node_id, s.code.clone());
+                .with_code_policy(&cfg.node_id, s.code.clone())
+                .with_next_task_ahead(s.next_task_ahead);
                 Arc::new(match &gateway {
                     Some(g) => e.with_gateway(g.clone()),
                     None => e,
@@ -244,7 +255,8 @@ async fn build_executors(
                     s.cache_dir.clone(),
                     s.artifacts.clone(),
                 )
-                .with_code_policy(&cfg.node_id, s.code.clone());
+                .with_code_policy(&cfg.node_id, s.code.clone())
+                .with_next_task_ahead(s.next_task_ahead);
                 Arc::new(match &gateway {
                     Some(g) => e.with_gateway(g.clone()),
                     None => e,
@@ -741,6 +753,7 @@ impl Node {
                     cancel,
                     progress: self.progress_tx.clone(),
                 };
+                exec.upcoming(g.upcoming.map(|next| next.payload_json));
                 let events = self.events_tx.clone();
                 let span = attempt_span(&spec);
                 tokio::spawn(

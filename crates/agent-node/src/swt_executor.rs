@@ -41,6 +41,21 @@ pub struct SwtExecutor {
     gateway: Option<Gateway>,
     /// The node's name and what it lets a sweep run (see [`CodePolicy`]).
     code: (String, CodePolicy),
+    /// The first execution of the task the coordinator named as the node's next.
+    upcoming: Arc<std::sync::Mutex<UpcomingExecution>>,
+    /// Whether the coordinator's hints are used ([`Executor::upcoming`]).
+    next_task_ahead: bool,
+}
+
+/// The first execution of the task the coordinator named last as the node's next
+/// ([`Executor::upcoming`]), once worked out; announced to the sandbox when a task runs its
+/// last execution.
+#[derive(Default)]
+struct UpcomingExecution {
+    /// Counts the hints, so that a hint worked out late does not replace a newer one.
+    hint: u64,
+    /// The named task's description, and its first execution once worked out.
+    first: Option<(String, Prepared, ExecRequest)>,
 }
 
 impl SwtExecutor {
@@ -59,7 +74,16 @@ impl SwtExecutor {
             artifacts,
             gateway: None,
             code: ("this node".into(), CodePolicy::own_user()),
+            upcoming: Arc::default(),
+            next_task_ahead: true,
         }
+    }
+
+    /// The same executor, announcing the first execution of the node's next task (as the
+    /// coordinator names it) while the current task's last one runs, or (`false`) not.
+    pub fn with_next_task_ahead(mut self, on: bool) -> SwtExecutor {
+        self.next_task_ahead = on;
+        self
     }
 
     /// The same executor under node `node`'s policy on sweep-supplied code.
@@ -321,6 +345,20 @@ impl SwtExecutor {
             .exec_ahead(job.prepared, &self.request(job, step));
     }
 
+    /// Announces the first execution of the node's next task (as the coordinator named it),
+    /// once: its container is then booted and its tree staged while this task's last one runs.
+    fn announce_upcoming(&self) {
+        let first = self
+            .upcoming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .first
+            .take();
+        if let Some((_, prepared, request)) = first {
+            self.sandbox.exec_ahead(&prepared, &request);
+        }
+    }
+
     /// The sandbox request of `step`.
     fn request(&self, job: &Job<'_>, step: &Step<'_>) -> ExecRequest {
         let traced = coverage_files(job.payload);
@@ -476,6 +514,73 @@ fn charge(o: &mut Outcome, p: &AgentProduct) {
     o.localized_files_correct = p.localized_files_correct;
 }
 
+impl SwtExecutor {
+    /// What [`Executor::upcoming`] does, awaited: works out the first execution of the task
+    /// `payload_json` describes and keeps it for [`SwtExecutor::announce_upcoming`] (`None`, or
+    /// a task whose first execution cannot be known yet: nothing is kept).
+    pub async fn prepare_upcoming(&self, payload_json: Option<String>) {
+        let hint = self.new_hint();
+        if let Some(payload_json) = payload_json {
+            self.keep_upcoming(hint, &payload_json).await;
+        }
+    }
+
+    /// Voids the kept first execution for a new hint, and numbers the hint.
+    fn new_hint(&self) -> u64 {
+        let mut upcoming = self
+            .upcoming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        upcoming.hint += 1;
+        upcoming.first = None;
+        upcoming.hint
+    }
+
+    /// Works out the first execution of hint `hint`'s task and keeps it, unless a newer hint
+    /// came meanwhile.
+    async fn keep_upcoming(&self, hint: u64, payload_json: &str) {
+        let first = self.first_execution(payload_json).await;
+        let mut upcoming = self
+            .upcoming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if upcoming.hint == hint {
+            upcoming.first =
+                first.map(|(prepared, request)| (payload_json.to_string(), prepared, request));
+        }
+    }
+
+    /// Forgets the named task's first execution when `payload_json`'s task starts (on another
+    /// slot, before the last execution of the one that was to announce it).
+    fn started(&self, payload_json: &str) {
+        let mut upcoming = self
+            .upcoming
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if upcoming
+            .first
+            .as_ref()
+            .is_some_and(|(named, ..)| named == payload_json)
+        {
+            upcoming.first = None;
+        }
+    }
+
+    /// The same executor, for a task of its own (everything shared, nothing copied).
+    fn share(&self) -> SwtExecutor {
+        SwtExecutor {
+            sandbox: self.sandbox.clone(),
+            repos: self.repos.clone(),
+            cache: self.cache.clone(),
+            artifacts: self.artifacts.clone(),
+            gateway: self.gateway.clone(),
+            code: self.code.clone(),
+            upcoming: self.upcoming.clone(),
+            next_task_ahead: self.next_task_ahead,
+        }
+    }
+}
+
 impl Executor for SwtExecutor {
     fn kind(&self) -> ExecutorKind {
         self.sandbox.kind()
@@ -486,15 +591,21 @@ impl Executor for SwtExecutor {
     }
 
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd> {
-        let this = SwtExecutor {
-            sandbox: self.sandbox.clone(),
-            repos: self.repos.clone(),
-            cache: self.cache.clone(),
-            artifacts: self.artifacts.clone(),
-            gateway: self.gateway.clone(),
-            code: self.code.clone(),
-        };
+        self.started(&spec.payload_json);
+        let this = self.share();
         Box::pin(async move { this.evaluate(spec, ctx).await })
+    }
+
+    fn upcoming(&self, payload_json: Option<String>) {
+        if !self.next_task_ahead {
+            return;
+        }
+        // Numbered now, in the order the grants came; worked out in the background.
+        let hint = self.new_hint();
+        if let Some(payload_json) = payload_json {
+            let this = self.share();
+            tokio::spawn(async move { this.keep_upcoming(hint, &payload_json).await });
+        }
     }
 }
 

@@ -58,7 +58,8 @@ fn pytest_instance(f: &Fixture) -> SwtInstance {
         .clone()
 }
 
-async fn evaluate(f: &Fixture, inst: &SwtInstance, agent: SwtAgent, timeout_s: u64) -> Outcome {
+/// The task description of evaluating `agent` on `inst`.
+fn payload_json(inst: &SwtInstance, agent: SwtAgent, timeout_s: u64) -> String {
     let payload = SwtPayload {
         instance: inst.clone(),
         env: inst.env.clone().unwrap(),
@@ -72,6 +73,10 @@ async fn evaluate(f: &Fixture, inst: &SwtInstance, agent: SwtAgent, timeout_s: u
         },
         grading: Default::default(),
     };
+    serde_json::to_string(&payload).unwrap()
+}
+
+async fn evaluate(f: &Fixture, inst: &SwtInstance, agent: SwtAgent, timeout_s: u64) -> Outcome {
     let spec = AttemptSpec {
         attempt: AttemptRef {
             task_id: 1,
@@ -82,7 +87,7 @@ async fn evaluate(f: &Fixture, inst: &SwtInstance, agent: SwtAgent, timeout_s: u
         variant: "full".into(),
         instance_id: inst.instance_id.clone(),
         affinity_key: String::new(),
-        payload_json: serde_json::to_string(&payload).unwrap(),
+        payload_json: payload_json(inst, agent, timeout_s),
         attempt_number: 1,
     };
     let (progress, _) = tokio::sync::mpsc::unbounded_channel();
@@ -250,6 +255,9 @@ impl Sandbox for Recording {
     ) -> reprobench_sandbox::BoxFuture<Result<Prepared, SandboxError>> {
         self.inner.prepare(recipe)
     }
+    fn find_prepared(&self, recipe: &EnvRecipe) -> reprobench_sandbox::BoxFuture<Option<Prepared>> {
+        self.inner.find_prepared(recipe)
+    }
     fn exec_ahead(&self, prepared: &Prepared, req: &ExecRequest) {
         self.log
             .lock()
@@ -267,8 +275,8 @@ impl Sandbox for Recording {
     }
 }
 
-#[tokio::test]
-async fn each_execution_after_an_instances_first_is_announced_and_runs_in_the_tree_staged_ahead() {
+/// The swt-mini fixture over a [`Recording`] process sandbox that stages announced trees always.
+fn recording_fixture() -> (Fixture, Arc<Recording>) {
     let mut recording = None;
     let f = fixture_with(|root| {
         let sandbox = Arc::new(Recording {
@@ -279,7 +287,12 @@ async fn each_execution_after_an_instances_first_is_announced_and_runs_in_the_tr
         recording = Some(sandbox.clone());
         sandbox
     });
-    let sandbox = recording.unwrap();
+    (f, recording.unwrap())
+}
+
+#[tokio::test]
+async fn each_execution_after_an_instances_first_is_announced_and_runs_in_the_tree_staged_ahead() {
+    let (f, sandbox) = recording_fixture();
     let inst = pytest_instance(&f);
     let other = append_test(
         "",
@@ -339,4 +352,72 @@ async fn each_execution_after_an_instances_first_is_announced_and_runs_in_the_tr
             .count();
         assert_eq!(staged_ahead, runs - 1, "{d:#}");
     }
+}
+
+#[tokio::test]
+async fn the_named_next_tasks_first_execution_is_staged_while_the_last_one_before_it_runs() {
+    let (f, sandbox) = recording_fixture();
+    let inst = pytest_instance(&f);
+    let next = f
+        .instances
+        .iter()
+        .find(|i| {
+            i.instance_id != inst.instance_id && i.env.as_ref().unwrap().log_parser == "pytest"
+        })
+        .expect("swt-mini has two pytest instances")
+        .clone();
+    // Named before its environment is built: nothing can be known of it, nothing is announced.
+    f.exec
+        .prepare_upcoming(Some(payload_json(&next, SwtAgent::Gold, 120)))
+        .await;
+    evaluate(&f, &inst, SwtAgent::Gold, 120).await;
+    let announced =
+        |log: &[(&str, Vec<PatchFile>)]| log.iter().filter(|(w, _)| *w == "ahead").count();
+    let log = sandbox.log.lock().unwrap().clone();
+    assert_eq!(
+        announced(&log),
+        3,
+        "only the task's own executions: {log:?}"
+    );
+    evaluate(&f, &next, SwtAgent::Gold, 120).await;
+    // Both built, gold and base cached: each gold evaluation runs its two prediction runs. The
+    // coordinator names `next` as the node's next task while `inst` runs.
+    f.exec
+        .prepare_upcoming(Some(payload_json(&next, SwtAgent::Gold, 120)))
+        .await;
+    sandbox.log.lock().unwrap().clear();
+    let o = evaluate(&f, &inst, SwtAgent::Gold, 120).await;
+    assert_eq!(o.verdict, "resolved", "{}", o.details_json);
+    let o = evaluate(&f, &next, SwtAgent::Gold, 120).await;
+    assert_eq!(o.verdict, "resolved", "{}", o.details_json);
+    let log = sandbox.log.lock().unwrap().clone();
+    let order: Vec<&str> = log.iter().map(|(w, _)| *w).collect();
+    // inst: its second run announced before its first; `next`'s first announced before inst's
+    // last; then `next` announces its own second.
+    assert_eq!(
+        order,
+        ["ahead", "exec", "ahead", "exec", "ahead", "exec", "exec"],
+        "{log:?}"
+    );
+    assert_eq!(
+        log[2].1, log[5].1,
+        "the announced one is the one `next` runs first"
+    );
+    assert_ne!(log[2].1, log[3].1);
+    // ... and it ran in the tree staged ahead for it, as did each task's second run.
+    let staged = |o: &Outcome, run: &str| {
+        details(o)["executions"][run]["timings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|t| t["phase"] == "ahead")
+    };
+    assert!(staged(&o, "pred_pre"), "{}", o.details_json);
+    assert!(staged(&o, "pred_post"), "{}", o.details_json);
+    // A grant that names no next task voids the hint: nothing more is announced.
+    f.exec.prepare_upcoming(None).await;
+    sandbox.log.lock().unwrap().clear();
+    evaluate(&f, &inst, SwtAgent::Gold, 120).await;
+    let log = sandbox.log.lock().unwrap().clone();
+    assert_eq!(announced(&log), 1, "{log:?}");
 }

@@ -526,6 +526,9 @@ impl Core {
                 grant.variant = info.variant;
                 grant.instance_id = info.instance_id;
                 grant.payload_json = info.payload;
+                if let Some(upcoming) = &mut grant.upcoming {
+                    upcoming.payload_json = self.store.grant_info(upcoming.task_id)?.payload;
+                }
             }
             self.deferred
                 .push(Deferred::Node(conn, tx.clone(), Box::new(body)));

@@ -16,7 +16,7 @@ use crate::store::{LoadedRun, LoadedTask, NewTask, ResultRecord};
 use crate::sweep;
 use reprobench_domain::messages::{
     CoordinatorMessage, Grant, Hello, NodeMessage, NodeProgress, Registered, Registration, RunList,
-    RunProgress, RunState, RunSummary, SubmitRun, Submitted,
+    RunProgress, RunState, RunSummary, SubmitRun, Submitted, Upcoming,
 };
 use reprobench_domain::outcome::{AttemptRef, FailureClass, Outcome};
 use reprobench_domain::registry::ExecutorKind;
@@ -1431,11 +1431,18 @@ impl Machine {
                     .find_map(|kind| self.sched.next_for(n, kind).map(|pick| (kind, pick)));
                 match picked {
                     Some((kind, pick)) => {
-                        *self.nodes[n as usize]
+                        let credit = self.nodes[n as usize]
                             .credits
                             .get_mut(&kind)
-                            .expect("credit") -= 1;
-                        self.grant(n, pick.task);
+                            .expect("credit");
+                        *credit -= 1;
+                        // Full now: what it will most likely run next, so it can prepare it.
+                        let upcoming = if *credit == 0 {
+                            self.sched.peek_for(n, kind)
+                        } else {
+                            None
+                        };
+                        self.grant(n, pick.task, upcoming);
                         granted_any = true;
                     }
                     // Nothing of its kinds for it now; it keeps its credits for later work.
@@ -1450,7 +1457,8 @@ impl Machine {
         }
     }
 
-    fn grant(&mut self, n: NodeIdx, task: TaskId) {
+    /// Grants `task` to node `n`, with `upcoming` as the hint of its next task.
+    fn grant(&mut self, n: NodeIdx, task: TaskId, upcoming: Option<TaskId>) {
         if self.advance(task, Event::Grant).is_none() {
             return;
         }
@@ -1498,6 +1506,10 @@ impl Machine {
             payload_json: String::new(),
             lease_ms: self.cfg.lease_ms,
             attempt_number: epoch as u32,
+            upcoming: upcoming.map(|task_id| Upcoming {
+                task_id,
+                payload_json: String::new(),
+            }),
         };
         self.send_to_node(n, CoordinatorMessage::Grant(grant));
     }
@@ -1759,6 +1771,51 @@ mod tests {
         match m.step(Input::List, t).answer {
             Some(Answer::List(list)) => list.runs.into_iter().find(|r| r.run_id == run).unwrap(),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Each grant's upcoming task, as the node reads it.
+    fn upcoming(fx: &Effects) -> Vec<Option<TaskId>> {
+        fx.messages
+            .iter()
+            .filter_map(|m| match &m.body {
+                CoordinatorMessage::Grant(g) => Some(g.upcoming.as_ref().map(|u| u.task_id)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_grant_that_fills_the_node_names_the_task_it_gets_next() {
+        let t = start();
+        // Two free slots, four tasks: the first grant leaves a slot free (no hint), the second
+        // fills the node and names the task the next freed slot is then granted.
+        let mut m = machine_with_node(60_000, 2, t);
+        submit(&mut m, "synthetic:4:1", 3, t);
+        let fx = m.step(Input::Dispatch, t);
+        let (first, hinted) = (grants(&fx), upcoming(&fx));
+        assert_eq!(first.len(), 2);
+        assert_eq!(hinted[0], None, "a slot was left free");
+        let mut next = hinted[1].expect("the grant that filled the node names its next task");
+        assert!(first.iter().all(|a| a.task_id != next));
+        // Each freed slot is granted the task named last; the last task names none after it.
+        let mut running = first[0];
+        for (i, hint_left) in [true, false].into_iter().enumerate() {
+            let at = after(t, 10 * (i as u64 + 1));
+            let fx = m.step(result(running, true, FailureClass::None), at);
+            assert!(acks(&fx).iter().all(|a| a.accepted));
+            m.step(credit(), at);
+            let fx = m.step(Input::Dispatch, at);
+            let granted = grants(&fx);
+            assert_eq!(
+                granted.iter().map(|a| a.task_id).collect::<Vec<_>>(),
+                vec![next],
+                "the hint named the task granted next"
+            );
+            let hint = upcoming(&fx)[0];
+            assert_eq!(hint.is_some(), hint_left, "{hint:?}");
+            running = granted[0];
+            next = hint.unwrap_or_default();
         }
     }
 

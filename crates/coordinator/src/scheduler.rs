@@ -55,6 +55,14 @@ pub struct Pick {
     pub stolen_from: Option<NodeIdx>,
 }
 
+/// Where [`Scheduler::next_for`] takes a task from.
+enum Choice {
+    /// The front of `bucket`, in `from`'s shard.
+    Bucket { bucket: BucketId, from: NodeIdx },
+    /// The front of the node's dealt queue (`StaticRoundRobin`).
+    Dealt,
+}
+
 type KeyId = u32;
 type AgentId = u32;
 type BucketId = (KeyId, AgentId);
@@ -283,11 +291,55 @@ impl Scheduler {
 
     /// The next task for a free slot of `kind` on `node`, or `None` when nothing is runnable there.
     pub fn next_for(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<Pick> {
+        let choice = self.choose(node, kind)?;
+        let q = self.kinds.get_mut(&kind)?;
+        let pick = match choice {
+            Choice::Bucket { bucket, from } => {
+                let queue = q.buckets.get_mut(&bucket)?;
+                let task = queue.pop_front()?;
+                if queue.is_empty() {
+                    q.by_estimate
+                        .remove(&(expected_bits(&self.estimates, &bucket), bucket));
+                    if let Some(s) = q.shard.get_mut(&from) {
+                        s.remove(&bucket);
+                    }
+                }
+                q.add_backlog(from, -1);
+                self.warm.entry(node).or_default().insert(bucket.0);
+                Pick {
+                    task,
+                    stolen_from: (from != node).then_some(from),
+                }
+            }
+            Choice::Dealt => Pick {
+                task: q.static_queues.get_mut(&node)?.pop_front()?,
+                stolen_from: None,
+            },
+        };
+        self.location.remove(&pick.task);
+        Some(pick)
+    }
+
+    /// The task [`Scheduler::next_for`] would give `node` now, taking nothing: what the node
+    /// will most likely run next once a slot of `kind` frees (only a hint: other nodes, new
+    /// work and finished tasks change it).
+    pub fn peek_for(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<TaskId> {
+        let choice = self.choose(node, kind)?;
+        let q = self.kinds.get(&kind)?;
+        match choice {
+            Choice::Bucket { bucket, .. } => q.buckets.get(&bucket)?.front().copied(),
+            Choice::Dealt => q.static_queues.get(&node)?.front().copied(),
+        }
+    }
+
+    /// Where the next task for `node` of `kind` comes from, taking nothing (it only refreshes
+    /// the ring and deals unplaced tasks, which changes no decision).
+    fn choose(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<Choice> {
         let q = self.kinds.get_mut(&kind)?;
         if !q.members.contains(&node) {
             return None;
         }
-        let pick = match self.policy {
+        match self.policy {
             Policy::AffinityStealing => {
                 q.refresh_ring(&self.key_points);
                 let estimates = &self.estimates;
@@ -330,21 +382,7 @@ impl Scheduler {
                     }
                     _ => affine,
                 };
-                let queue = q.buckets.get_mut(&bucket)?;
-                let task = queue.pop_front()?;
-                if queue.is_empty() {
-                    q.by_estimate
-                        .remove(&(expected_bits(estimates, &bucket), bucket));
-                    if let Some(s) = q.shard.get_mut(&from) {
-                        s.remove(&bucket);
-                    }
-                }
-                q.add_backlog(from, -1);
-                self.warm.entry(node).or_default().insert(bucket.0);
-                Pick {
-                    task,
-                    stolen_from: (from != node).then_some(from),
-                }
+                Some(Choice::Bucket { bucket, from })
             }
             Policy::StaticRoundRobin => {
                 if !q.static_unplaced.is_empty() {
@@ -355,15 +393,9 @@ impl Scheduler {
                         q.static_queues.entry(n).or_default().push_back(t);
                     }
                 }
-                let task = q.static_queues.get_mut(&node)?.pop_front()?;
-                Pick {
-                    task,
-                    stolen_from: None,
-                }
+                Some(Choice::Dealt)
             }
-        };
-        self.location.remove(&pick.task);
-        Some(pick)
+        }
     }
 
     /// Not-started tasks in a node's shard for a kind.
@@ -645,6 +677,50 @@ mod tests {
         assert_eq!(s.next_for(0, ExecutorKind::Docker), None);
         s.add_node(1, &[ExecutorKind::Docker]);
         assert_eq!(s.next_for(1, ExecutorKind::Docker).map(|p| p.task), Some(1));
+    }
+
+    #[test]
+    fn peek_names_the_task_next_for_then_grants_under_both_policies() {
+        for policy in [Policy::AffinityStealing, Policy::StaticRoundRobin] {
+            let mut s = Scheduler::new(policy);
+            for n in 0..3 {
+                s.add_node(n, &[K]);
+            }
+            // A fixed pseudo-random mix of keys, removals, estimates and grants.
+            let mut z = 7u64;
+            let mut next_id = 0;
+            let (mut peeked, mut granted) = (0, 0);
+            for step in 0..600u64 {
+                z = mix(z.wrapping_add(step));
+                match z % 5 {
+                    0 | 1 => {
+                        let key = format!("k{}", (z >> 8) % 7);
+                        enqueue(&mut s, next_id, &key);
+                        next_id += 1;
+                    }
+                    2 => {
+                        s.remove((z >> 8) % next_id.max(1));
+                    }
+                    3 => s.record_duration(
+                        &format!("k{}", (z >> 8) % 7),
+                        "a",
+                        (z >> 16) as f64 % 50.0,
+                    ),
+                    _ => {
+                        let node = ((z >> 8) % 3) as NodeIdx;
+                        let peek = s.peek_for(node, K);
+                        let got = s.next_for(node, K).map(|p| p.task);
+                        assert_eq!(peek, got, "{policy:?}, step {step}");
+                        peeked += usize::from(peek.is_some());
+                        granted += usize::from(got.is_some());
+                    }
+                }
+            }
+            assert!(
+                peeked > 50 && peeked == granted,
+                "{policy:?}: {peeked} peeks"
+            );
+        }
     }
 
     #[test]

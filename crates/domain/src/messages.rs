@@ -123,6 +123,20 @@ pub struct Grant {
     pub lease_ms: u64,
     /// 1-based count of the task's grants.
     pub attempt_number: u32,
+    /// The task this node will most likely be granted next for a slot of this kind, when the
+    /// grant left it none free: a hint, so that it can prepare that task's first execution
+    /// while this one runs (`None`: nothing is pending for it).
+    pub upcoming: Option<Upcoming>,
+}
+
+/// A task a node will most likely be granted next ([`Grant::upcoming`]): a hint only, never a
+/// lease (another node may take it first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upcoming {
+    /// The task.
+    pub task_id: u64,
+    /// The executor's task description (filled by the coordinator's driver from the store).
+    pub payload_json: String,
 }
 
 /// The coordinator's message on a node's Work stream.

@@ -57,6 +57,12 @@ pub trait Executor: Send + Sync {
     fn kind(&self) -> ExecutorKind;
     /// Runs one attempt to its end. Must return promptly after `ctx.cancel` fires.
     fn run(&self, spec: AttemptSpec, ctx: AttemptContext) -> BoxFuture<AttemptEnd>;
+    /// With each grant of this kind, the coordinator's hint of the node's next task: the
+    /// description of the task it will most likely be granted next (`None`: none is named, and
+    /// an earlier hint is void). The executor may prepare what that task's first step needs
+    /// while the current attempts run, as long as a wrong hint costs nothing but that work
+    /// (nothing by default).
+    fn upcoming(&self, _payload_json: Option<String>) {}
     /// Finishes what attempts left for later (nothing by default), before the node stops.
     fn settle(&self) -> BoxFuture<()> {
         Box::pin(async {})

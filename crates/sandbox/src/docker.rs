@@ -343,7 +343,13 @@ impl Sandbox for DockerSandbox {
     fn prepare(&self, recipe: &EnvRecipe) -> BoxFuture<Result<Prepared, SandboxError>> {
         let inner = self.inner.clone();
         let recipe = recipe.clone();
-        Box::pin(async move { inner.prepare(recipe).await })
+        Box::pin(async move { inner.prepare(recipe, Missing::Build).await })
+    }
+
+    fn find_prepared(&self, recipe: &EnvRecipe) -> BoxFuture<Option<Prepared>> {
+        let inner = self.inner.clone();
+        let recipe = recipe.clone();
+        Box::pin(async move { inner.prepare(recipe, Missing::Refuse).await.ok() })
     }
 
     fn exec_ahead(&self, prepared: &Prepared, req: &ExecRequest) {
@@ -368,10 +374,39 @@ impl Sandbox for DockerSandbox {
     }
 }
 
+/// What [`Inner::prepare`] does with a layer (or a resolution) that is not there yet.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Missing {
+    /// Builds it.
+    Build,
+    /// Fails (with [`not_built`]): only what is there already is found.
+    Refuse,
+}
+
+/// The error of a find-only prepare ([`Missing::Refuse`]) that met something not built.
+fn not_built(what: &str) -> SandboxError {
+    SandboxError::Infra(format!("{what} is not built yet"))
+}
+
 impl Inner {
-    async fn prepare(self: Arc<Self>, mut recipe: EnvRecipe) -> Result<Prepared, SandboxError> {
-        let (base, python) = self.python_base(&recipe).await?;
+    async fn prepare(
+        self: Arc<Self>,
+        mut recipe: EnvRecipe,
+        missing: Missing,
+    ) -> Result<Prepared, SandboxError> {
+        let (base, python) = self.python_base(&recipe, missing).await?;
         if let Some(date) = recipe.conda_packages_as_of.clone()
+            && !recipe.packages.is_empty()
+            && missing == Missing::Refuse
+        {
+            recipe.packages = super::resolve::resolved_before(
+                &self.cfg.cache_dir,
+                &recipe.packages,
+                &recipe.python,
+                &date,
+            )
+            .ok_or_else(|| not_built("the resolution of the conda packages"))?;
+        } else if let Some(date) = recipe.conda_packages_as_of.clone()
             && !recipe.packages.is_empty()
         {
             // Resolved on the host (the image's pip is too old to cap dates); the pins go into
@@ -399,6 +434,9 @@ impl Inner {
             let lock = build_lock(&env_tag);
             let _held = lock.lock().await;
             if find_image(&self.docker, &env_tag).await?.is_none() {
+                if missing == Missing::Refuse {
+                    return Err(not_built("the environment layer"));
+                }
                 build::build(&self.docker, &env_tag, env_layer, &recipe).await?;
                 built = true;
             }
@@ -408,6 +446,9 @@ impl Inner {
             let _held = lock.lock().await;
             match find_image(&self.docker, &instance_tag).await? {
                 Some(image) => build::notes_of(&image),
+                None if missing == Missing::Refuse => {
+                    return Err(not_built("the instance layer"));
+                }
                 None => {
                     instance_layer.attach("repo.tar", archive_commit(&recipe).await?);
                     let retried =
@@ -460,11 +501,19 @@ impl Inner {
     /// The image the env layer starts from and the interpreter it makes the venv with: the base
     /// image when its Python is the one wanted, else a python layer over it holding a host
     /// interpreter of that version (pyenv's, say), built once.
-    async fn python_base(&self, recipe: &EnvRecipe) -> Result<(String, String), SandboxError> {
+    async fn python_base(
+        &self,
+        recipe: &EnvRecipe,
+        missing: Missing,
+    ) -> Result<(String, String), SandboxError> {
         let base = self.cfg.base_image.clone();
         // Checked on every prepare, not only by the cached base_python: it may have been removed.
         require_base(&self.docker, &base).await?;
-        let have = self.base_python().await?;
+        // Learning the base image's Python runs a container: not for a find-only prepare.
+        let have = match (missing, self.base_python.get()) {
+            (Missing::Refuse, None) => return Err(not_built("the base image's Python version")),
+            _ => self.base_python().await?,
+        };
         let have_mm: String = have.split('.').take(2).collect::<Vec<_>>().join(".");
         let want = recipe.python.trim();
         // A standalone environment copies an interpreter's own prefix: never the image's /usr.
@@ -516,6 +565,9 @@ impl Inner {
         let lock = build_lock(&tag);
         let _held = lock.lock().await;
         if find_image(&self.docker, &tag).await?.is_none() {
+            if missing == Missing::Refuse {
+                return Err(not_built("the python layer"));
+            }
             let prefix = host.prefix.clone();
             let tar = tokio::task::spawn_blocking(move || tar_prefix(&prefix))
                 .await

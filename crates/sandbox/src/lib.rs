@@ -497,6 +497,11 @@ pub trait Sandbox: Send + Sync {
     }
     /// Builds (or finds cached) the environment for a recipe.
     fn prepare(&self, recipe: &EnvRecipe) -> crate::BoxFuture<Result<Prepared, SandboxError>>;
+    /// The environment for a recipe when it is there already, building and resolving nothing
+    /// (for work announced before its grant); `None` when anything is missing, and by default.
+    fn find_prepared(&self, _recipe: &EnvRecipe) -> crate::BoxFuture<Option<Prepared>> {
+        Box::pin(async { None })
+    }
     /// Says that an execution of `req` on `prepared` comes next, so the sandbox may prepare
     /// its tree while another execution runs (process: staged ahead); the `exec` of an equal
     /// request then runs in it, exactly as in a tree prepared on its path. Only a hint:

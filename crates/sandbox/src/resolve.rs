@@ -100,9 +100,65 @@ fn resolver(cache: &Path) -> Result<PathBuf, SandboxError> {
     Ok(dir)
 }
 
+/// Where the pins of one resolution are kept: a resolution as of a past date gives the same pins
+/// again, so it runs once per cache (and a built environment needs no PyPI to be found again).
+fn resolution_file(cache: &Path, requirements: &[String], python: &str, date: &str) -> PathBuf {
+    let mut h = reprobench_domain::swt::Fnv::default();
+    for part in ["resolved-as-of-v1", python, date] {
+        h.add(part);
+    }
+    for r in requirements {
+        h.add(r);
+    }
+    cache
+        .join("resolver")
+        .join("resolved")
+        .join(format!("{:016x}.json", h.0))
+}
+
+/// The pins [`resolve_as_of`] found before for these arguments, if it ran in this cache.
+pub fn resolved_before(
+    cache: &Path,
+    requirements: &[String],
+    python: &str,
+    date: &str,
+) -> Option<Vec<String>> {
+    let text = std::fs::read(resolution_file(cache, requirements, python, date)).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
 /// Pins (`name==version`, dependencies included) of `requirements` for Python `python` (`3.6`)
-/// as they resolved at `date` (ISO 8601), from wheels only.
+/// as they resolved at `date` (ISO 8601), from wheels only; resolved once per cache.
 pub fn resolve_as_of(
+    cache: &Path,
+    requirements: &[String],
+    python: &str,
+    date: &str,
+) -> Result<Vec<String>, SandboxError> {
+    if let Some(pins) = resolved_before(cache, requirements, python, date) {
+        return Ok(pins);
+    }
+    let pins = resolve_with_pip(cache, requirements, python, date)?;
+    let file = resolution_file(cache, requirements, python, date);
+    // Kept whole or not at all (a rename); a lost write only means resolving again.
+    let kept = file
+        .parent()
+        .map(std::fs::create_dir_all)
+        .transpose()
+        .and_then(|_| {
+            let tmp =
+                file.with_extension(format!("tmp-{}", reprobench_domain::secret::random_hex(8)));
+            std::fs::write(&tmp, serde_json::to_vec(&pins).unwrap_or_default())?;
+            std::fs::rename(&tmp, &file)
+        });
+    if let Err(e) = kept {
+        tracing::warn!(error = %e, file = %file.display(), "cannot keep a resolution");
+    }
+    Ok(pins)
+}
+
+/// [`resolve_as_of`] without its cache: pip 26 on the host, asked now.
+fn resolve_with_pip(
     cache: &Path,
     requirements: &[String],
     python: &str,
@@ -183,6 +239,24 @@ mod tests {
         )
         .unwrap();
         assert_eq!(pins, vec!["Cython==0.29.26"]);
+        // Kept: asked again, the same pins come from the cache, not from PyPI.
+        let args = (&["cython".to_string()][..], "3.6", "2021-12-23T00:00:00Z");
+        assert_eq!(
+            resolved_before(cache.path(), args.0, args.1, args.2),
+            Some(pins.clone())
+        );
+        let kept = resolution_file(cache.path(), args.0, args.1, args.2);
+        std::fs::write(&kept, br#"["Cython==0.0.1"]"#).unwrap();
+        assert_eq!(
+            resolve_as_of(cache.path(), args.0, args.1, args.2).unwrap(),
+            vec!["Cython==0.0.1"],
+            "a kept resolution is read, not made again"
+        );
+        assert_eq!(
+            resolved_before(cache.path(), args.0, "3.7", args.2),
+            None,
+            "another Python is another resolution"
+        );
         // A date before any wheel of the package for that Python: a clear error naming them.
         let err = resolve_as_of(
             cache.path(),

@@ -128,8 +128,10 @@ fn recipe(mirror: PathBuf, commit: String, python: String) -> EnvRecipe {
 }
 
 /// The shared instance (same commit on every run), prepared once per test binary.
+/// The mirror (and its commit) of [`shared`]'s environment.
+static MIRROR: OnceLock<(PathBuf, String)> = OnceLock::new();
+
 async fn shared(sb: &DockerSandbox) -> Prepared {
-    static MIRROR: OnceLock<(PathBuf, String)> = OnceLock::new();
     static PREPARED: tokio::sync::OnceCell<Prepared> = tokio::sync::OnceCell::const_new();
     let (mirror, commit) = MIRROR
         .get_or_init(|| {
@@ -642,6 +644,55 @@ async fn an_announced_execution_runs_in_the_container_that_staged_its_tree_exact
     assert_eq!((sb.booted_ahead(), sb.staged_ahead()), ((0, 0), 0));
     assert_eq!(our_containers(&sb, image).await, Vec::<String>::new());
     remove_image(&sb, image).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_tasks_first_execution_is_staged_while_another_images_execution_runs() {
+    let Some((_sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let (sb, _cache) = staging(StageAheadMode::Always).await;
+    let shared = shared(&sb).await;
+    // A task found ahead of its grant: its environment is there, so the recipe is found, with
+    // nothing built; another commit's is not there and is not built.
+    let (mirror, commit) = MIRROR.get().expect("`shared` made the mirror").clone();
+    let python = sb.base_python().await.unwrap();
+    assert_eq!(
+        sb.find_prepared(&recipe(mirror.clone(), commit, python.clone()))
+            .await,
+        Some(shared.clone())
+    );
+    let other_commit = "0".repeat(40);
+    assert_eq!(
+        sb.find_prepared(&recipe(mirror, other_commit, python))
+            .await,
+        None
+    );
+    // This task's last execution runs on one image; the next task's first, announced, is of
+    // another: its container is booted and its tree staged meanwhile.
+    let current = alias(&sb, &shared, "current-task").await;
+    let next_task = alias(&sb, &shared, "next-task").await;
+    let first = sh("echo first of the next task");
+    sb.exec_ahead(&next_task, &first);
+    let out = sb
+        .exec(&current, sh("echo last of this task"))
+        .await
+        .unwrap();
+    assert_ran(&out, 0);
+    staged_ahead(&sb, 1).await;
+    let out = sb.exec(&next_task, first).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(out.output, "first of the next task\n");
+    assert!(phase_names(&out).contains(&"ahead"), "{out:?}");
+    assert_eq!(took(&out, "create"), Duration::ZERO, "{out:?}");
+    sb.settle().await;
+    for image in [&current, &next_task] {
+        let Prepared::Image(image) = image else {
+            unreachable!()
+        };
+        assert_eq!(our_containers(&sb, image).await, Vec::<String>::new());
+        remove_image(&sb, image).await;
+    }
 }
 
 /// How long an execution's phase `name` took.

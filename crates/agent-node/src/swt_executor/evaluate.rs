@@ -384,6 +384,42 @@ impl SwtExecutor {
         report
     }
 
+    /// The first execution a task would run (its environment found built, nothing built for
+    /// it), worked out from its payload alone: for a task whose test patch is known before it
+    /// runs (gold, the issue's snippet, a prediction), `None` for the others and for a task
+    /// that would end before any execution.
+    pub(super) async fn first_execution(
+        &self,
+        payload_json: &str,
+    ) -> Option<(Prepared, ExecRequest)> {
+        let payload: SwtPayload = serde_json::from_str(payload_json).ok()?;
+        if self.refusal(&payload).is_some() || log_parser(&payload).is_err() {
+            return None;
+        }
+        let inst = &payload.instance;
+        let test_patch = match &payload.agent {
+            SwtAgent::Gold => Some(inst.test_patch.clone()),
+            SwtAgent::IssueSnippet => snippet::test_patch(&inst.problem_statement),
+            SwtAgent::Prediction { patch, .. } => patch.clone(),
+            SwtAgent::Llm { .. } | SwtAgent::External { .. } => return None,
+        };
+        let test_patch = test_patch.map(|p| patch::swt_bench_model_patch(&p));
+        let pred = test_patch.as_deref();
+        let targets = choose_tests(&payload, pred, &mut serde_json::json!({})).ok()?;
+        let env = self.plan_environment(&payload).ok()?;
+        let prepared = self.sandbox.find_prepared(&env.recipe).await?;
+        let job = Job {
+            payload: &payload,
+            prepared: &prepared,
+            recipe: &env.recipe,
+            limits: limits_of(&payload),
+        };
+        let steps = six_steps(&payload, pred, &targets);
+        let first = steps.iter().find(|s| !self.will_be_cached(&job, s, pred))?;
+        let request = self.request(&job, first);
+        Some((prepared, request))
+    }
+
     /// The six executions in order. As in SWT-bench, those after a timeout are not run (cached
     /// gold and base logs are still read).
     async fn run_six(
@@ -393,26 +429,7 @@ impl SwtExecutor {
         targets: &Targets,
         ctx: &AttemptContext,
     ) -> Early<SixRuns> {
-        let gold = Some(job.payload.instance.test_patch.as_str());
-        let steps = [
-            (Which::Pred, false, pred, &targets.pred),
-            (Which::Pred, true, pred, &targets.pred),
-            (Which::Gold, false, gold, &targets.gold),
-            (Which::Gold, true, gold, &targets.gold),
-            (Which::Base, false, None, &targets.pred),
-            (Which::Base, true, None, &targets.pred),
-        ];
-        let steps: Vec<Step> = steps
-            .into_iter()
-            .enumerate()
-            .map(|(i, (which, post, test_patch, directives))| Step {
-                label: RUNS[i],
-                which,
-                post,
-                test_patch,
-                directives,
-            })
-            .collect();
+        let steps = six_steps(job.payload, pred, targets);
         let mut runs = SixRuns {
             executions: Default::default(),
             timed_out_at: None,
@@ -423,12 +440,14 @@ impl SwtExecutor {
                 continue;
             }
             if !self.will_be_cached(job, step, pred) {
-                // The next execution's tree is prepared while this one runs.
-                if let Some(next) = steps[i + 1..]
+                // The next execution's tree is prepared while this one runs: this task's next,
+                // else the first of the task the coordinator named as the node's next.
+                match steps[i + 1..]
                     .iter()
                     .find(|s| !self.will_be_cached(job, s, pred))
                 {
-                    self.announce(job, next);
+                    Some(next) => self.announce(job, next),
+                    None => self.announce_upcoming(),
                 }
             }
             let e = unless_cancelled(ctx, self.execute(job, step))
@@ -486,6 +505,35 @@ impl Ending {
         }
         AttemptEnd::Finished(outcome)
     }
+}
+
+/// SWT-bench's six executions of a task, in [`RUNS`] order: pred, gold and base, each before
+/// and after the golden code patch.
+fn six_steps<'a>(
+    payload: &'a SwtPayload,
+    pred: Option<&'a str>,
+    targets: &'a Targets,
+) -> Vec<Step<'a>> {
+    let gold = Some(payload.instance.test_patch.as_str());
+    let steps = [
+        (Which::Pred, false, pred, &targets.pred),
+        (Which::Pred, true, pred, &targets.pred),
+        (Which::Gold, false, gold, &targets.gold),
+        (Which::Gold, true, gold, &targets.gold),
+        (Which::Base, false, None, &targets.pred),
+        (Which::Base, true, None, &targets.pred),
+    ];
+    steps
+        .into_iter()
+        .enumerate()
+        .map(|(i, (which, post, test_patch, directives))| Step {
+            label: RUNS[i],
+            which,
+            post,
+            test_patch,
+            directives,
+        })
+        .collect()
 }
 
 /// The task's SWT payload.

@@ -153,6 +153,7 @@ impl From<Grant> for v1::Grant {
             payload_json,
             lease_ms,
             attempt_number,
+            upcoming,
         } = g;
         v1::Grant {
             attempt: Some(attempt.into()),
@@ -165,6 +166,10 @@ impl From<Grant> for v1::Grant {
             payload_json,
             lease_ms,
             attempt_number,
+            upcoming: upcoming.map(|u| v1::Upcoming {
+                task_id: u.task_id,
+                payload_json: u.payload_json,
+            }),
         }
     }
 }
@@ -416,11 +421,19 @@ mod tests {
             payload_json: "{}".into(),
             lease_ms: 5,
             attempt_number: 3,
+            upcoming: Some(reprobench_domain::messages::Upcoming {
+                task_id: 10,
+                payload_json: "{\"next\":1}".into(),
+            }),
         }));
         let Some(coordinator_message::Body::Grant(g)) = grant.body else {
             panic!("{grant:?}");
         };
         assert_eq!(g.kind, "process");
+        assert_eq!(
+            g.upcoming.map(|u| (u.task_id, u.payload_json)),
+            Some((10, "{\"next\":1}".to_string()))
+        );
         assert_eq!(g.attempt, Some(v1::AttemptRef::from(a)));
         let cancel = v1::CoordinatorMessage::from(CoordinatorMessage::Cancel {
             attempt: a,

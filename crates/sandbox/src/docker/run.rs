@@ -808,7 +808,6 @@ async fn run<S: Sink>(
     ahead: Option<(&Ahead, Option<Booted>)>,
 ) -> Result<Ran<S>, SandboxError> {
     let body = container_body(&spec);
-    let key = spec.key();
     let (ahead, taken) = match ahead {
         Some((ahead, taken)) => (Some(ahead), taken),
         None => (None, None),
@@ -824,18 +823,23 @@ async fn run<S: Sink>(
         }
         None => boot(docker, &body, spec.image, warnings).await?,
     };
-    // The next one boots once this one has (two at once would slow this one's).
-    if let Some(ahead) = ahead {
-        ahead.boot_next(docker, key.clone(), &body, removals);
-    }
+    // The announced ones boot once this one has (two at once would slow this one's).
+    let next_keys = match ahead {
+        Some(ahead) => ahead.boot_next(docker, removals),
+        None => Vec::new(),
+    };
     let attached = booted
         .attached
         .take()
         .expect("a booted container is driven once");
-    // Once this one's command runs, the next announced one of this key may be staged.
+    // Once this one's command runs, the announced ones may be staged.
     let on_start = ahead.map(|ahead| {
         let (ahead, removals) = (ahead.clone(), removals.clone());
-        Box::new(move || ahead.stage_next(key, &removals)) as Box<dyn FnOnce() + Send>
+        Box::new(move || {
+            for key in next_keys {
+                ahead.stage_next(key, &removals);
+            }
+        }) as Box<dyn FnOnce() + Send>
     });
     let mut sink = sink;
     sink.take(&std::mem::take(&mut booted.early_output));
@@ -966,6 +970,7 @@ struct StagedFor {
 /// An execution announced as coming next ([`crate::Sandbox::exec_ahead`]).
 struct Announced {
     key: String,
+    image: String,
     request: ExecRequest,
     since: Instant,
 }
@@ -1016,6 +1021,7 @@ impl Ahead {
         }
         announced.push(Announced {
             key,
+            image: image.to_string(),
             request: request.clone(),
             since: Instant::now(),
         });
@@ -1050,38 +1056,55 @@ impl Ahead {
         })
     }
 
-    /// Boots a container of `body` ahead, in the background, when an execution of `key` is
-    /// announced, unless one for `key` that staged no execution is there or one is on its
-    /// way. A failure only means the next execution boots its own (and reports why).
-    fn boot_next(
-        &self,
-        docker: &Docker,
-        key: String,
-        body: &ContainerCreateBody,
-        removals: &Removals,
-    ) {
+    /// Boots a container ahead, in the background and one after the other, for each container
+    /// key an announced execution has (of any image: the announced one may be the first
+    /// execution of the node's next task), unless one of that key that staged no execution is
+    /// there or one is on its way. Returns the announced keys, which the executions' start
+    /// may stage (oldest first). A failure only means the execution boots its own (and reports
+    /// why).
+    fn boot_next(&self, docker: &Docker, removals: &Removals) -> Vec<String> {
         let state = &self.state;
-        let ready = crate::lock(&state.spares)
-            .iter()
-            .any(|s| s.key == key && s.staged.is_none());
         // Nothing is booted for an execution nobody said would come: on busy cores an unused
         // container's start and copy would only slow the tests that run.
-        if !state.on || ready || !self.announced(&key) {
-            return;
+        if !state.on {
+            return Vec::new();
         }
-        if !self.claim(&key) {
-            return;
-        }
-        let (this, docker, body, removals) =
-            (self.clone(), docker.clone(), body.clone(), removals.clone());
-        tokio::spawn(async move {
-            let image = body.image.clone().unwrap_or_default();
-            match boot(&docker, &body, &image, &LimitWarnings::default()).await {
-                Ok(booted) => this.keep(key.clone(), booted, None, &removals).await,
-                Err(e) => debug!(error = %e, "booting an execution container ahead failed"),
+        let announced: Vec<(String, ContainerCreateBody)> = {
+            let announced = crate::lock(&state.announced);
+            let mut seen = Vec::new();
+            for a in announced.iter().filter(|a| a.since.elapsed() < AHEAD_IDLE) {
+                if !seen.iter().any(|(k, _)| *k == a.key) {
+                    let body = container_body(&execution_spec(&a.image, &a.request));
+                    seen.push((a.key.clone(), body));
+                }
             }
-            this.release(&key);
+            seen
+        };
+        let keys = announced.iter().map(|(k, _)| k.clone()).collect();
+        let to_boot: Vec<(String, ContainerCreateBody)> = announced
+            .into_iter()
+            .filter(|(key, _)| {
+                let ready = crate::lock(&state.spares)
+                    .iter()
+                    .any(|s| s.key == *key && s.staged.is_none());
+                !ready && self.claim(key)
+            })
+            .collect();
+        if to_boot.is_empty() {
+            return keys;
+        }
+        let (this, docker, removals) = (self.clone(), docker.clone(), removals.clone());
+        tokio::spawn(async move {
+            for (key, body) in to_boot {
+                let image = body.image.clone().unwrap_or_default();
+                match boot(&docker, &body, &image, &LimitWarnings::default()).await {
+                    Ok(booted) => this.keep(key.clone(), booted, None, &removals).await,
+                    Err(e) => debug!(error = %e, "booting an execution container ahead failed"),
+                }
+                this.release(&key);
+            }
         });
+        keys
     }
 
     /// Marks `key` as being booted or staged, unless it already is; whether it was free.

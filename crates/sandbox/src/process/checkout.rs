@@ -30,6 +30,19 @@ pub(super) fn editable_roots(venv: &Path, template: &Path) -> Vec<String> {
     .unwrap_or_default()
 }
 
+/// Whether the checkout `dir` of `recipe` is ready with the venv `venv`: only together with it,
+/// as a venv built anew has not seen the install steps.
+fn checkout_ready(dir: &Path, recipe: &EnvRecipe, venv: &Path) -> bool {
+    dir.join(".git/reprobench-ready").exists()
+        && installed_marker(venv, &recipe.instance_key()).exists()
+}
+
+/// The recipe's checkout in `cache`, when it is built and installed into `venv`.
+pub(super) fn built_checkout(cache: &Path, recipe: &EnvRecipe, venv: &Path) -> Option<PathBuf> {
+    let dir = cache.join("checkouts").join(recipe.instance_key());
+    checkout_ready(&dir, recipe, venv).then_some(dir)
+}
+
 pub(super) fn prepare_checkout(
     cache: &Path,
     recipe: &EnvRecipe,
@@ -37,11 +50,7 @@ pub(super) fn prepare_checkout(
 ) -> Result<PathBuf, SandboxError> {
     let root = cache.join("checkouts");
     let dir = root.join(recipe.instance_key());
-    // Ready only together with its venv: a venv built anew has not seen the install steps.
-    let ready = || {
-        dir.join(".git/reprobench-ready").exists()
-            && installed_marker(venv, &recipe.instance_key()).exists()
-    };
+    let ready = || checkout_ready(&dir, recipe, venv);
     // Built in place under a lock, never moved: editable installs record the checkout's path.
     let lock = root.join(format!("{}.lock", recipe.instance_key()));
     build_once(&dir, &lock, ready, || {

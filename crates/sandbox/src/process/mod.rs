@@ -278,6 +278,17 @@ impl Sandbox for ProcessSandbox {
         })
     }
 
+    fn find_prepared(&self, recipe: &EnvRecipe) -> BoxFuture<Option<Prepared>> {
+        let venv = venv::built_venv(&self.cache_dir, recipe, self.as_root);
+        let template = venv
+            .as_ref()
+            .and_then(|v| checkout::built_checkout(&self.cache_dir, recipe, v));
+        let found = venv
+            .zip(template)
+            .map(|(venv, template)| Prepared::Checkout { template, venv });
+        Box::pin(async move { found })
+    }
+
     fn exec_ahead(&self, prepared: &Prepared, req: &ExecRequest) {
         if let Ok(ctx) = self.context(prepared) {
             self.ahead.announce(ctx, req);

@@ -101,6 +101,12 @@ pub(super) fn installed_marker(venv: &Path, key: &str) -> PathBuf {
     venv.join(format!(".reprobench-installed-{key}"))
 }
 
+/// The recipe's venv in `cache`, when it is built.
+pub(super) fn built_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Option<PathBuf> {
+    let dir = cache.join("venvs").join(venv_name(recipe, public));
+    dir.join(".reprobench-ready").exists().then_some(dir)
+}
+
 pub(super) fn prepare_venv(
     cache: &Path,
     recipe: &EnvRecipe,
