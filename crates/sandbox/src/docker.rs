@@ -397,17 +397,6 @@ impl Inner {
         let (base, python) = self.python_base(&recipe, missing).await?;
         if let Some(date) = recipe.conda_packages_as_of.clone()
             && !recipe.packages.is_empty()
-            && missing == Missing::Refuse
-        {
-            recipe.packages = super::resolve::resolved_before(
-                &self.cfg.cache_dir,
-                &recipe.packages,
-                &recipe.python,
-                &date,
-            )
-            .ok_or_else(|| not_built("the resolution of the conda packages"))?;
-        } else if let Some(date) = recipe.conda_packages_as_of.clone()
-            && !recipe.packages.is_empty()
         {
             // Resolved on the host (the image's pip is too old to cap dates); the pins go into
             // the env layer's requirements, so they are part of its tag.
@@ -416,11 +405,17 @@ impl Inner {
                 recipe.packages.clone(),
                 recipe.python.clone(),
             );
-            recipe.packages = tokio::task::spawn_blocking(move || {
-                super::resolve::resolve_as_of(&cache, &packages, &version, &date)
-            })
-            .await
-            .map_err(|e| SandboxError::Infra(format!("resolver task: {e}")))??;
+            recipe.packages = match missing {
+                Missing::Refuse => {
+                    super::resolve::resolved_before(&cache, &packages, &version, &date)
+                        .ok_or_else(|| not_built("the resolution of the conda packages"))?
+                }
+                Missing::Build => tokio::task::spawn_blocking(move || {
+                    super::resolve::resolve_as_of(&cache, &packages, &version, &date)
+                })
+                .await
+                .map_err(|e| SandboxError::Infra(format!("resolver task: {e}")))??,
+            };
         }
 
         let env_layer = build::env_layer(&base, &recipe, read_host_ca(), &python);
@@ -856,13 +851,7 @@ fn load_usage(path: &Path) -> HashMap<String, u64> {
 }
 
 fn save_usage(path: &Path, usage: &HashMap<String, u64>) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    serde_json::to_writer_pretty(&mut tmp, usage)?;
-    // Rename over the old file so a crash never leaves half a file.
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    crate::write_json_whole(path, usage)
 }
 
 /// Which reprobench layer an image is.

@@ -520,6 +520,20 @@ pub trait Sandbox: Send + Sync {
     }
 }
 
+/// Writes `value` as JSON to `path` (its directory made if need be) through a file beside it
+/// renamed over it, so a crash never leaves half a file.
+pub(crate) fn write_json_whole(
+    path: &std::path::Path,
+    value: &impl serde::Serialize,
+) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    serde_json::to_writer_pretty(&mut tmp, value)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
 /// Rejects paths that are absolute or climb out of the work directory.
 pub fn check_relative_path(path: &str) -> Result<(), SandboxError> {
     let p = std::path::Path::new(path);

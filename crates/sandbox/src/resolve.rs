@@ -140,18 +140,8 @@ pub fn resolve_as_of(
     }
     let pins = resolve_with_pip(cache, requirements, python, date)?;
     let file = resolution_file(cache, requirements, python, date);
-    // Kept whole or not at all (a rename); a lost write only means resolving again.
-    let kept = file
-        .parent()
-        .map(std::fs::create_dir_all)
-        .transpose()
-        .and_then(|_| {
-            let tmp =
-                file.with_extension(format!("tmp-{}", reprobench_domain::secret::random_hex(8)));
-            std::fs::write(&tmp, serde_json::to_vec(&pins).unwrap_or_default())?;
-            std::fs::rename(&tmp, &file)
-        });
-    if let Err(e) = kept {
+    // A lost write only means resolving again.
+    if let Err(e) = crate::write_json_whole(&file, &pins) {
         tracing::warn!(error = %e, file = %file.display(), "cannot keep a resolution");
     }
     Ok(pins)

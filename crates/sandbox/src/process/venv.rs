@@ -101,10 +101,15 @@ pub(super) fn installed_marker(venv: &Path, key: &str) -> PathBuf {
     venv.join(format!(".reprobench-installed-{key}"))
 }
 
+/// Marker in a venv: it is built.
+fn ready_marker(venv: &Path) -> PathBuf {
+    venv.join(".reprobench-ready")
+}
+
 /// The recipe's venv in `cache`, when it is built.
 pub(super) fn built_venv(cache: &Path, recipe: &EnvRecipe, public: bool) -> Option<PathBuf> {
     let dir = cache.join("venvs").join(venv_name(recipe, public));
-    dir.join(".reprobench-ready").exists().then_some(dir)
+    ready_marker(&dir).exists().then_some(dir)
 }
 
 pub(super) fn prepare_venv(
@@ -115,7 +120,7 @@ pub(super) fn prepare_venv(
     let name = venv_name(recipe, public);
     let root = cache.join("venvs");
     let dir = root.join(&name);
-    let marker = dir.join(".reprobench-ready");
+    let marker = ready_marker(&dir);
     let lock = root.join(format!("{name}.lock"));
     build_once(
         &dir,
