@@ -767,6 +767,10 @@ pub(crate) struct ExecutionFigures {
     overhead: Vec<f64>,
     test: Vec<f64>,
     phases: Vec<(String, f64)>,
+    /// Executions whose tree was staged ahead (an `ahead` phase in their timeline).
+    staged_ahead: usize,
+    /// Executions that took a container booted ahead (docker: their `create` phase is 0).
+    booted_ahead: usize,
 }
 
 impl ExecutionFigures {
@@ -775,9 +779,14 @@ impl ExecutionFigures {
         self.test.iter().sum::<f64>() / (wall_s * 1000.0 * slots.max(1) as f64)
     }
 
+    /// Milliseconds of every phase of every execution run.
+    pub(crate) fn phases_ms(&self) -> f64 {
+        self.phases.iter().map(|(_, ms)| ms).sum()
+    }
+
     /// The phases' total ms, in the order they first appeared, with their share of all.
     pub(crate) fn phases_json(&self) -> serde_json::Value {
-        let all: f64 = self.phases.iter().map(|(_, ms)| ms).sum();
+        let all = self.phases_ms();
         self.phases
             .iter()
             .map(|(name, ms)| {
@@ -794,6 +803,7 @@ impl ExecutionFigures {
 pub(crate) fn execution_figures(v: &serde_json::Value) -> ExecutionFigures {
     let reports = std::path::PathBuf::from(v["reports"].as_str().unwrap_or_default());
     let (mut run, mut overhead, mut test) = (0, Vec::new(), Vec::new());
+    let (mut staged_ahead, mut booted_ahead) = (0, 0);
     let mut phases: Vec<(String, f64)> = Vec::new();
     for entry in std::fs::read_dir(&reports).into_iter().flatten().flatten() {
         let Ok(text) = std::fs::read_to_string(entry.path().join("report.json")) else {
@@ -815,6 +825,8 @@ pub(crate) fn execution_figures(v: &serde_json::Value) -> ExecutionFigures {
                 let (Some(name), Some(ms)) = (t["phase"].as_str(), t["ms"].as_f64()) else {
                     continue;
                 };
+                staged_ahead += usize::from(name == "ahead");
+                booted_ahead += usize::from(name == "create" && ms == 0.0);
                 match phases.iter_mut().find(|(n, _)| n == name) {
                     Some((_, total)) => *total += ms,
                     None => phases.push((name.to_string(), ms)),
@@ -835,6 +847,8 @@ pub(crate) fn execution_figures(v: &serde_json::Value) -> ExecutionFigures {
         overhead,
         test,
         phases,
+        staged_ahead,
+        booted_ahead,
     }
 }
 
@@ -854,16 +868,88 @@ pub(crate) fn dir_bytes(p: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
-/// The engine's floor, measured now, and the harness's median overhead per execution as a
-/// multiple of it (docker only; nulls otherwise).
+/// The engine's floor, measured now: the median wall of one container and the machine's CPU
+/// time per container (every process, the CLI's included), and the harness's median overhead
+/// per execution as a multiple of the wall (docker only; nulls otherwise).
 fn engine_floor_json(executor: &str, overhead_ms_median: f64) -> serde_json::Value {
+    const RUNS: usize = 15;
+    let before = MachineCpu::now();
     let floor = (executor == "docker")
-        .then(|| engine_floor_ms(reprobench_sandbox::docker::DEFAULT_BASE_IMAGE, 15))
+        .then(|| engine_floor_ms(reprobench_sandbox::docker::DEFAULT_BASE_IMAGE, RUNS))
         .flatten();
+    let cpu_s = floor.and_then(|_| Some(MachineCpu::now()?.busy_s - before?.busy_s));
     serde_json::json!({
         "engine_floor_ms_median": floor,
+        "engine_floor_cpu_s_per_container": cpu_s.map(|s| s / RUNS as f64),
         "overhead_over_engine_floor": floor.map(|f| overhead_ms_median / f),
     })
+}
+
+/// Which profile this binary was built with: `debug` or `release`.
+fn harness_build() -> &'static str {
+    if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    }
+}
+
+/// The machine's CPU time so far, summed over its cores (`/proc/stat`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct MachineCpu {
+    /// Seconds some process or the kernel ran (user, nice, system, irq, softirq, steal).
+    busy_s: f64,
+    /// Seconds in all, idle and waiting on IO included.
+    all_s: f64,
+}
+
+impl MachineCpu {
+    /// Reads `/proc/stat` now; `None` where there is none.
+    pub(crate) fn now() -> Option<MachineCpu> {
+        // SAFETY: sysconf only reads a configuration value.
+        let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        MachineCpu::parse(&text, ticks_per_s as f64)
+    }
+
+    /// The totals of `/proc/stat`'s first (`cpu`) line, in seconds at `ticks_per_s`.
+    fn parse(proc_stat: &str, ticks_per_s: f64) -> Option<MachineCpu> {
+        let line = proc_stat.lines().find(|l| l.starts_with("cpu "))?;
+        let ticks: Vec<f64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|t| t.parse().ok())
+            .collect::<Option<_>>()?;
+        if ticks.len() < 8 || ticks_per_s <= 0.0 {
+            return None;
+        }
+        // user nice system idle iowait irq softirq steal (guest time is within user and nice).
+        let busy = ticks[0] + ticks[1] + ticks[2] + ticks[5] + ticks[6] + ticks[7];
+        Some(MachineCpu {
+            busy_s: busy / ticks_per_s,
+            all_s: (busy + ticks[3] + ticks[4]) / ticks_per_s,
+        })
+    }
+
+    /// Where the machine's CPU went from `self` to `later` during a run of `executions`
+    /// executions whose test commands took `command_s` in all: busy seconds, their share of
+    /// all, and per execution the busy seconds and those beyond the commands' own time.
+    fn spent_until(
+        &self,
+        later: &MachineCpu,
+        executions: usize,
+        command_s: f64,
+    ) -> serde_json::Value {
+        let busy = later.busy_s - self.busy_s;
+        let all = later.all_s - self.all_s;
+        let per = |s: f64| s / executions.max(1) as f64;
+        serde_json::json!({
+            "busy_s": busy,
+            "busy_share": if all > 0.0 { busy / all } else { 0.0 },
+            "busy_s_per_execution": per(busy),
+            "busy_s_beyond_commands_per_execution": per(busy - command_s),
+        })
+    }
 }
 
 /// `bench slice --all`'s options from the command line.
@@ -1090,6 +1176,9 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             "new_predictions_official_verdicts": official_verdicts(&a, &slice, &preds)?,
             "ahead": ahead_comparison(&root, &rows, &preds_file, &executor, &say)?,
         });
+        let with_overhead = v["ahead"]["1_node"]["with"]["overhead_ms_median"].as_f64();
+        let mut v = v;
+        v["engine"] = engine_floor_json(&executor, with_overhead.unwrap_or(f64::NAN));
         return finish_slice(&root, a.work.is_none(), &v, a.json);
     }
     say("gold again: reuses the finished evaluation".into());
@@ -1226,18 +1315,27 @@ fn ahead_comparison(
             let mut extra = vec!["--rules", "swt-bench-2024", "--new"];
             extra.extend(flag);
             let data = format!("data-preds-{nodes}-{name}");
+            let cpu_before = MachineCpu::now();
             let (run, wall) = slice_eval(root, rows, predictions, executor, nodes, &data, &extra)?;
+            let cpu_after = MachineCpu::now();
             let figures = execution_figures(&run);
+            let command_s = figures.test.iter().sum::<f64>() / 1000.0;
             walls.push(wall);
             by_arm.insert(
                 name.into(),
                 serde_json::json!({
                     "wall_s": wall,
                     "executions": figures.run,
+                    "executions_staged_ahead": figures.staged_ahead,
+                    "executions_booted_ahead": figures.booted_ahead,
                     "efficiency": figures.efficiency(wall, nodes as usize),
                     "overhead_ms_median": median(figures.overhead.clone()),
                     "test_ms_median": median(figures.test.clone()),
                     "phases": figures.phases_json(),
+                    // The slots' time in no execution's phase: the run's start and end, the
+                    // scheduling, grading and store writes between executions, an idle slot at the end.
+                    "slot_s_outside_executions": wall * nodes as f64 - figures.phases_ms() / 1000.0,
+                    "cpu": cpu_before.zip(cpu_after).map(|(b, a)| b.spent_until(&a, figures.run, command_s)),
                     "resolved": run["resolved"],
                 }),
             );
@@ -1257,6 +1355,13 @@ fn ahead_comparison(
     }
     let mut v = serde_json::Map::new();
     v.insert("off_flag".into(), off_flag.join(" ").into());
+    v.insert(
+        "cores".into(),
+        std::thread::available_parallelism()
+            .map_or(0, |n| n.get())
+            .into(),
+    );
+    v.insert("harness_build".into(), harness_build().into());
     v.extend(by_nodes);
     Ok(v.into())
 }
@@ -1277,6 +1382,69 @@ fn finish_slice(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn execution_figures_count_what_ran_ahead_and_skip_cached_executions() {
+        let dir = tempfile::tempdir().unwrap();
+        let timings = |phases: &[(&str, f64)]| {
+            phases
+                .iter()
+                .map(|(p, ms)| serde_json::json!({"phase": p, "ms": ms}))
+                .collect::<Vec<_>>()
+        };
+        let execution = |phases: &[(&str, f64)], test_ms: u64| {
+            serde_json::json!({
+                "cached": false, "command_ms": test_ms + 50, "overhead_ms": 100,
+                "test_ms": test_ms, "timings": timings(phases),
+            })
+        };
+        let report = serde_json::json!({"instance_id": "o__r-1", "executions": {
+            // Booted on its path.
+            "pred_pre": execution(&[("create", 40.0), ("boot", 200.0), ("go", 1.0), ("command", 900.0)], 800),
+            // Booted ahead, its tree staged ahead.
+            "pred_post": execution(&[("create", 0.0), ("boot", 0.0), ("ahead", 2.0), ("command", 700.0)], 600),
+            // Booted ahead only.
+            "base_pre": execution(&[("create", 0.0), ("boot", 0.0), ("go", 1.0), ("command", 300.0)], 200),
+            "gold_pre": {"cached": true, "command_ms": 5, "overhead_ms": 0, "test_ms": 5,
+                         "timings": timings(&[("create", 0.0), ("ahead", 1.0)])},
+        }});
+        std::fs::create_dir(dir.path().join("o__r-1")).unwrap();
+        std::fs::write(
+            dir.path().join("o__r-1/report.json"),
+            serde_json::to_vec(&report).unwrap(),
+        )
+        .unwrap();
+        let f = execution_figures(&serde_json::json!({"reports": dir.path()}));
+        assert_eq!((f.run, f.staged_ahead, f.booted_ahead), (3, 1, 2));
+        assert_eq!(
+            f.phases_ms(),
+            40.0 + 200.0 + 1.0 + 900.0 + 2.0 + 700.0 + 1.0 + 300.0
+        );
+        // Σ test / (wall × slots): 1.6 s of tests in 1 s on 2 slots.
+        assert_eq!(f.efficiency(1.0, 2), 0.8);
+    }
+
+    #[test]
+    fn machine_cpu_reads_busy_and_all_seconds_from_proc_stat() {
+        let at = |user: u64, idle: u64| {
+            format!("cpu  {user} 10 30 {idle} 5 1 2 3 7 0\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 1\n")
+        };
+        let close = |x: f64, y: f64| assert!((x - y).abs() < 1e-9, "{x} != {y}");
+        let a = MachineCpu::parse(&at(100, 1000), 100.0).unwrap();
+        // busy: user, nice, system, irq, softirq, steal; all adds idle and iowait.
+        close(a.busy_s, 1.46);
+        close(a.all_s, 1.46 + 10.05);
+        let b = MachineCpu::parse(&at(400, 1300), 100.0).unwrap();
+        let spent = a.spent_until(&b, 2, 1.0);
+        let field = |k: &str| spent[k].as_f64().unwrap();
+        close(field("busy_s"), 3.0);
+        close(field("busy_share"), 0.5);
+        close(field("busy_s_per_execution"), 1.5);
+        close(field("busy_s_beyond_commands_per_execution"), 1.0);
+        assert_eq!(MachineCpu::parse("intr 1\n", 100.0), None);
+        assert_eq!(MachineCpu::parse("cpu  1 2 x 4 5 6 7 8\n", 100.0), None);
+        assert!(MachineCpu::now().is_some_and(|c| c.all_s >= c.busy_s && c.busy_s > 0.0));
+    }
 
     #[test]
     fn official_agreement_compares_only_instances_with_an_official_verdict() {
