@@ -6,7 +6,8 @@
 //! longest expected duration first (unknown estimates count as longest, so they are learnt early);
 //! when its shard is empty it steals one not-started task from the node with the largest backlog,
 //! preferring keys the thief already has warm. Granted tasks leave the scheduler, so a started
-//! task can never be stolen. `StaticRoundRobin` is the baseline the benchmark compares against.
+//! task can never be stolen. A task named to a node as its next one ([`Scheduler::peek_for`], a
+//! hint the node prepares for) is left to that node by thieves that have another to take. `StaticRoundRobin` is the baseline the benchmark compares against.
 
 use reprobench_domain::registry::ExecutorKind;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -124,6 +125,9 @@ pub struct Scheduler {
     warm: HashMap<NodeIdx, HashSet<KeyId>>,
     /// Where each pending task sits: (kind, bucket). Removed tasks are dropped lazily from queues.
     location: HashMap<TaskId, (ExecutorKind, BucketId)>,
+    /// The node each pending task was last named to by [`Scheduler::peek_for`], and back.
+    named_to: HashMap<TaskId, NodeIdx>,
+    named_for: HashMap<NodeIdx, TaskId>,
 }
 
 impl Scheduler {
@@ -138,6 +142,8 @@ impl Scheduler {
             estimates: HashMap::new(),
             warm: HashMap::new(),
             location: HashMap::new(),
+            named_to: HashMap::new(),
+            named_for: HashMap::new(),
         }
     }
 
@@ -159,6 +165,9 @@ impl Scheduler {
 
     /// A node is gone (dead, disconnected or draining): its shards move to the others.
     pub fn remove_node(&mut self, node: NodeIdx) {
+        if let Some(task) = self.named_for.remove(&node) {
+            self.named_to.remove(&task);
+        }
         for q in self.kinds.values_mut() {
             if q.members.remove(&node) {
                 q.ring_dirty = true;
@@ -253,6 +262,7 @@ impl Scheduler {
         let Some((kind, b)) = self.location.remove(&task) else {
             return false;
         };
+        self.forget_name(task);
         let Some(q) = self.kinds.get_mut(&kind) else {
             return true;
         };
@@ -317,19 +327,37 @@ impl Scheduler {
             },
         };
         self.location.remove(&pick.task);
+        self.forget_name(pick.task);
         Some(pick)
+    }
+
+    /// `task` is no longer anyone's named next task.
+    fn forget_name(&mut self, task: TaskId) {
+        if let Some(node) = self.named_to.remove(&task) {
+            self.named_for.remove(&node);
+        }
     }
 
     /// The task [`Scheduler::next_for`] would give `node` now, taking nothing: what the node
     /// will most likely run next once a slot of `kind` frees (only a hint: other nodes, new
     /// work and finished tasks change it).
+    /// The task is named to `node` from then on: a thief with another task to take leaves it.
     pub fn peek_for(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<TaskId> {
         let choice = self.choose(node, kind)?;
         let q = self.kinds.get(&kind)?;
-        match choice {
+        let task = match choice {
             Choice::Bucket { bucket, .. } => q.buckets.get(&bucket)?.front().copied(),
             Choice::Dealt => q.static_queues.get(&node)?.front().copied(),
+        }?;
+        if let Some(old) = self.named_for.insert(node, task) {
+            self.named_to.remove(&old);
         }
+        if let Some(other) = self.named_to.insert(task, node)
+            && other != node
+        {
+            self.named_for.remove(&other);
+        }
+        Some(task)
     }
 
     /// Where the next task for `node` of `kind` comes from, taking nothing (it only refreshes
@@ -342,6 +370,14 @@ impl Scheduler {
         match self.policy {
             Policy::AffinityStealing => {
                 q.refresh_ring(&self.key_points);
+                // A bucket whose next task is named to another node (its hint).
+                let named_elsewhere = |q: &KindQueues, b: &BucketId| {
+                    q.buckets
+                        .get(b)
+                        .and_then(|tasks| tasks.front())
+                        .and_then(|t| self.named_to.get(t))
+                        .is_some_and(|n| *n != node)
+                };
                 let estimates = &self.estimates;
                 let expected = |b: &BucketId| {
                     estimates
@@ -361,11 +397,22 @@ impl Scheduler {
                             return None;
                         }
                         let victim_shard = q.shard.get(&victim)?;
+                        // The victim's named task stays its own while the thief has another.
+                        let unnamed: Vec<BucketId> = victim_shard
+                            .iter()
+                            .filter(|b| !named_elsewhere(q, b))
+                            .copied()
+                            .collect();
+                        let candidates: Vec<BucketId> = if unnamed.is_empty() {
+                            victim_shard.iter().copied().collect()
+                        } else {
+                            unnamed
+                        };
                         let warm = self.warm.get(&node);
                         let warm_pick = warm.and_then(|w| {
-                            best_bucket(victim_shard.iter().filter(|b| w.contains(&b.0)), &expected)
+                            best_bucket(candidates.iter().filter(|b| w.contains(&b.0)), &expected)
                         });
-                        let best = best_bucket(victim_shard.iter(), &expected)?;
+                        let best = best_bucket(candidates.iter(), &expected)?;
                         // Warmth wins unless it would leave a much longer task for later: a long
                         // task started late is what stretches a run's tail.
                         let b = match warm_pick {
@@ -375,7 +422,12 @@ impl Scheduler {
                         (b, victim)
                     }
                 };
-                let longest = q.by_estimate.iter().next_back().map(|(_, b)| *b);
+                let longest = q
+                    .by_estimate
+                    .iter()
+                    .rev()
+                    .map(|(_, b)| *b)
+                    .find(|b| !named_elsewhere(q, b));
                 let (bucket, from) = match longest {
                     Some(g) if expected(&g) > LONG_TASK_FACTOR * expected(&affine.0) => {
                         (g, q.owner_of(g.0, &self.key_points)?)
@@ -721,6 +773,41 @@ mod tests {
                 "{policy:?}: {peeked} peeks"
             );
         }
+    }
+
+    #[test]
+    fn a_thief_leaves_the_task_named_to_its_owner_while_it_has_another() {
+        let mut s = Scheduler::new(Policy::AffinityStealing);
+        s.add_node(0, &[K]);
+        s.add_node(1, &[K]);
+        for id in 0..12 {
+            enqueue(&mut s, id, &format!("k{id}"));
+        }
+        // Node 1 runs its own shard dry; node 0 keeps at least three tasks of its own.
+        while s.backlog(1, K) > 0 {
+            assert_eq!(s.next_for(1, K).unwrap().stolen_from, None);
+        }
+        let owned = s.backlog(0, K);
+        assert!(owned >= 3, "node 0 holds {owned}");
+        // Node 0 is told its next task; the thief takes another of node 0's, never that one.
+        let named = s.peek_for(0, K).unwrap();
+        for _ in 0..owned - 1 {
+            let pick = s.next_for(1, K).unwrap();
+            assert_eq!(pick.stolen_from, Some(0));
+            assert_ne!(pick.task, named);
+        }
+        // Only the named task is left: the thief takes it rather than idle.
+        assert_eq!(s.next_for(1, K).map(|p| p.task), Some(named));
+        assert_eq!(s.next_for(0, K), None);
+
+        // Granted to its node, a name is spent: a thief then takes any task.
+        for id in 100..103 {
+            enqueue(&mut s, id, "one key");
+        }
+        let owner = (0..2).find(|n| s.backlog(*n, K) == 3).unwrap();
+        let named = s.peek_for(owner, K).unwrap();
+        assert_eq!(s.next_for(owner, K).map(|p| p.task), Some(named));
+        assert!(s.next_for(1 - owner, K).is_some());
     }
 
     #[test]
