@@ -7,7 +7,8 @@
 //! when its shard is empty it steals one not-started task from the node with the largest backlog,
 //! preferring keys the thief already has warm. Granted tasks leave the scheduler, so a started
 //! task can never be stolen. A task named to a node as its next one ([`Scheduler::peek_for`], a
-//! hint the node prepares for) is left to that node by thieves that have another to take. `StaticRoundRobin` is the baseline the benchmark compares against.
+//! hint the node prepares for) is left to that node by thieves that have another to take.
+//! `StaticRoundRobin` is the baseline the benchmark compares against.
 
 use reprobench_domain::registry::ExecutorKind;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -165,8 +166,8 @@ impl Scheduler {
 
     /// A node is gone (dead, disconnected or draining): its shards move to the others.
     pub fn remove_node(&mut self, node: NodeIdx) {
-        if let Some(task) = self.named_for.remove(&node) {
-            self.named_to.remove(&task);
+        if let Some(&task) = self.named_for.get(&node) {
+            self.forget_name(task);
         }
         for q in self.kinds.values_mut() {
             if q.members.remove(&node) {
@@ -341,6 +342,7 @@ impl Scheduler {
     /// The task [`Scheduler::next_for`] would give `node` now, taking nothing: what the node
     /// will most likely run next once a slot of `kind` frees (only a hint: other nodes, new
     /// work and finished tasks change it).
+    ///
     /// The task is named to `node` from then on: a thief with another task to take leaves it.
     pub fn peek_for(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<TaskId> {
         let choice = self.choose(node, kind)?;
