@@ -19,7 +19,7 @@ use reprobench_domain::kind::SlotSpec;
 use reprobench_domain::synthetic::SyntheticDataset;
 use reprobench_proto::v1::{ListRunsRequest, SubmitRunRequest, WatchRunRequest};
 use reprobench_sandbox::docker::usage::{
-    engine_floor_ms, image_bytes, images_evicted_since, now_unix,
+    engine_floor_ms, execution_containers_created, image_bytes, images_evicted_since, now_unix,
 };
 use std::time::{Duration, Instant};
 
@@ -901,6 +901,10 @@ pub(crate) struct MachineCpu {
     busy_s: f64,
     /// Seconds in all, idle and waiting on IO included.
     all_s: f64,
+    /// CPU seconds of this process's children that were waited for, and of theirs: an
+    /// evaluation's own processes (its coordinator, nodes and what they ran on the host; not
+    /// a container's processes, which the engine starts).
+    children_s: f64,
 }
 
 impl MachineCpu {
@@ -909,7 +913,17 @@ impl MachineCpu {
         // SAFETY: sysconf only reads a configuration value.
         let ticks_per_s = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         let text = std::fs::read_to_string("/proc/stat").ok()?;
-        MachineCpu::parse(&text, ticks_per_s as f64)
+        let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage writes a whole rusage into the buffer it is given.
+        let usage = unsafe {
+            (libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) == 0)
+                .then(|| usage.assume_init())
+        }?;
+        let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Some(MachineCpu {
+            children_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+            ..MachineCpu::parse(&text, ticks_per_s as f64)?
+        })
     }
 
     /// The totals of `/proc/stat`'s first (`cpu`) line, in seconds at `ticks_per_s`.
@@ -928,12 +942,15 @@ impl MachineCpu {
         Some(MachineCpu {
             busy_s: busy / ticks_per_s,
             all_s: (busy + ticks[3] + ticks[4]) / ticks_per_s,
+            children_s: 0.0,
         })
     }
 
     /// Where the machine's CPU went from `self` to `later` during a run of `executions`
     /// executions whose test commands took `command_s` in all: busy seconds, their share of
-    /// all, and per execution the busy seconds and those beyond the commands' own time.
+    /// all, and per execution the busy seconds, those beyond the commands' own time, and those
+    /// of the evaluation's own processes (on docker the rest beyond the commands is the
+    /// engine's and the containers' scripts').
     fn spent_until(
         &self,
         later: &MachineCpu,
@@ -948,8 +965,16 @@ impl MachineCpu {
             "busy_share": if all > 0.0 { busy / all } else { 0.0 },
             "busy_s_per_execution": per(busy),
             "busy_s_beyond_commands_per_execution": per(busy - command_s),
+            "harness_processes_s_per_execution": per(later.children_s - self.children_s),
         })
     }
+}
+
+/// Now, in nanoseconds since the Unix epoch.
+fn unix_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 /// `bench slice --all`'s options from the command line.
@@ -1271,7 +1296,8 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
 /// The prediction runs without and with the next execution prepared ahead (process: its tree
 /// staged, `--stage-ahead off`; docker: nothing ahead, `--no-boot-ahead`, then only its
 /// container booted, `--stage-ahead off`, then its tree staged in it too; both: within a task
-/// only, `--no-next-task-ahead`, then the next task's first execution too), on 1 node and on 2,
+/// only, `--no-next-task-ahead`, then the next task's first execution too; docker last with
+/// `--stage-ahead always`, whose boots and staging wait for no idle core), on 1 node and on 2,
 /// the arms one after the other from the same cache (gold and base executions cached by the
 /// run before): walls, efficiency and phases of each, and the wall ratios.
 fn ahead_comparison(
@@ -1290,6 +1316,7 @@ fn ahead_comparison(
             ),
             ("within_task", &["--no-next-task-ahead"]),
             ("with", &[]),
+            ("with_always", &["--stage-ahead", "always"]),
         ]
     } else {
         &[
@@ -1316,14 +1343,21 @@ fn ahead_comparison(
             extra.extend(flag);
             let data = format!("data-preds-{nodes}-{name}");
             let cpu_before = MachineCpu::now();
+            let started_ns = unix_ns();
             let (run, wall) = slice_eval(root, rows, predictions, executor, nodes, &data, &extra)?;
             let cpu_after = MachineCpu::now();
             let figures = execution_figures(&run);
             let command_s = figures.test.iter().sum::<f64>() / 1000.0;
+            // Every execution run took one container; the rest were booted ahead and not taken.
+            let containers = (executor == "docker")
+                .then(|| execution_containers_created(started_ns, unix_ns()))
+                .flatten();
             walls.push(wall);
             by_arm.insert(
                 name.into(),
                 serde_json::json!({
+                    "containers_created": containers,
+                    "containers_not_taken": containers.map(|c| c.saturating_sub(figures.run)),
                     "wall_s": wall,
                     "executions": figures.run,
                     "executions_staged_ahead": figures.staged_ahead,
@@ -1340,15 +1374,20 @@ fn ahead_comparison(
                 }),
             );
         }
+        let wall_of = |arm: &str| {
+            let i = arms.iter().position(|(name, _)| *name == arm);
+            i.map(|i| walls[i])
+        };
+        let with = wall_of("with").expect("every executor has the default arm");
         by_arm.insert(
             "wall_ratio_with_to_without".into(),
-            (walls[walls.len() - 1] / walls[0]).into(),
+            (with / walls[0]).into(),
         );
         // What announcing the next task's first execution bought over preparing within a task.
-        if let Some(i) = arms.iter().position(|(name, _)| *name == "within_task") {
+        if let Some(within) = wall_of("within_task") {
             by_arm.insert(
                 "wall_ratio_with_to_within_task".into(),
-                (walls[walls.len() - 1] / walls[i]).into(),
+                (with / within).into(),
             );
         }
         by_nodes.insert(format!("{nodes}_node"), by_arm.into());
@@ -1431,19 +1470,29 @@ mod tests {
         };
         let close = |x: f64, y: f64| assert!((x - y).abs() < 1e-9, "{x} != {y}");
         let a = MachineCpu::parse(&at(100, 1000), 100.0).unwrap();
+        let later = |m: MachineCpu, children_s: f64| MachineCpu { children_s, ..m };
         // busy: user, nice, system, irq, softirq, steal; all adds idle and iowait.
         close(a.busy_s, 1.46);
         close(a.all_s, 1.46 + 10.05);
-        let b = MachineCpu::parse(&at(400, 1300), 100.0).unwrap();
+        let b = later(MachineCpu::parse(&at(400, 1300), 100.0).unwrap(), 0.5);
         let spent = a.spent_until(&b, 2, 1.0);
         let field = |k: &str| spent[k].as_f64().unwrap();
         close(field("busy_s"), 3.0);
         close(field("busy_share"), 0.5);
         close(field("busy_s_per_execution"), 1.5);
         close(field("busy_s_beyond_commands_per_execution"), 1.0);
+        close(field("harness_processes_s_per_execution"), 0.25);
         assert_eq!(MachineCpu::parse("intr 1\n", 100.0), None);
         assert_eq!(MachineCpu::parse("cpu  1 2 x 4 5 6 7 8\n", 100.0), None);
         assert!(MachineCpu::now().is_some_and(|c| c.all_s >= c.busy_s && c.busy_s > 0.0));
+        // A child that spins counts in the children's CPU once it is waited for.
+        let before = MachineCpu::now().unwrap().children_s;
+        let status = std::process::Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert!(MachineCpu::now().unwrap().children_s > before);
     }
 
     #[test]

@@ -157,9 +157,10 @@ pub struct NodeOptions {
     no_boot_ahead: bool,
     /// When the tree (copy, patches, seal) of an instance's next execution is staged while one
     /// runs (process: in a directory of its own; docker: in the container booted ahead for it):
-    /// `when-idle` (a core is idle then, so it takes no CPU from running tests), `always`, or
-    /// `off` (each execution stages its own tree on its path: the baseline that measures what
-    /// staging ahead buys).
+    /// `when-idle` (a core is idle then, so it takes no CPU from running tests; on docker the
+    /// container of the node's next task also boots only then), `always`, or `off` (each
+    /// execution stages its own tree on its path: the baseline that measures what staging
+    /// ahead buys).
     #[arg(long, value_enum, value_name = "WHEN", default_value = "when-idle")]
     stage_ahead: StageAheadArg,
     /// Ignore the coordinator's hint of this node's next task. By default, while a task's last

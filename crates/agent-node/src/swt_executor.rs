@@ -355,7 +355,7 @@ impl SwtExecutor {
             .first
             .take();
         if let Some((_, prepared, request)) = first {
-            self.sandbox.exec_ahead(&prepared, &request);
+            self.sandbox.exec_next_task_ahead(&prepared, &request);
         }
     }
 

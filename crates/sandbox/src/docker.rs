@@ -354,7 +354,13 @@ impl Sandbox for DockerSandbox {
 
     fn exec_ahead(&self, prepared: &Prepared, req: &ExecRequest) {
         if let Prepared::Image(image) = prepared {
-            self.inner.ahead.announce(image, req);
+            self.inner.ahead.announce(image, req, false);
+        }
+    }
+
+    fn exec_next_task_ahead(&self, prepared: &Prepared, req: &ExecRequest) {
+        if let Prepared::Image(image) = prepared {
+            self.inner.ahead.announce(image, req, true);
         }
     }
 

@@ -507,6 +507,13 @@ pub trait Sandbox: Send + Sync {
     /// request then runs in it, exactly as in a tree prepared on its path. Only a hint:
     /// nothing by default, and an announced execution that never comes is discarded.
     fn exec_ahead(&self, _prepared: &Prepared, _req: &ExecRequest) {}
+    /// [`Sandbox::exec_ahead`] for the first execution of the node's next task, while the
+    /// current task's last one runs: a guess of the coordinator's, so the sandbox may spend
+    /// less on it (docker boots its container only once a core is idle, unless the stage-ahead
+    /// mode is `always`). As `exec_ahead` by default.
+    fn exec_next_task_ahead(&self, prepared: &Prepared, req: &ExecRequest) {
+        self.exec_ahead(prepared, req);
+    }
     /// Runs one execution in a fresh copy of a prepared environment.
     fn exec(
         &self,

@@ -9,7 +9,8 @@ pub enum StageAheadMode {
     /// Never: every tree is staged on its execution's path (the baseline).
     Off,
     /// When a core is idle as an execution's command starts: staging ahead then takes no CPU
-    /// from running tests (on as many busy slots as cores it would only move the work).
+    /// from running tests (on as many busy slots as cores it would only move the work). On
+    /// docker the container of the node's next task also boots only once a core is idle.
     #[default]
     WhenIdle,
     /// Always, whatever else runs.

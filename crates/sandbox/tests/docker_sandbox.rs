@@ -484,6 +484,79 @@ async fn a_container_booted_ahead_runs_the_next_execution_as_a_fresh_one() {
     off.settle().await;
 }
 
+/// Threads that keep every core of the host busy (one more than there are cores) until
+/// dropped.
+struct BusyCores {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl BusyCores {
+    fn start() -> BusyCores {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = (0..=cores)
+            .map(|_| {
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        BusyCores { stop, threads }
+    }
+}
+
+impl Drop for BusyCores {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_tasks_container_boots_once_a_core_is_idle_unless_always() {
+    let Some((_sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let (sb, _cache) = staging(StageAheadMode::WhenIdle).await;
+    let shared = shared(&sb).await;
+    let prepared = alias(&sb, &shared, "next-task").await;
+    let Prepared::Image(image) = &prepared else {
+        unreachable!()
+    };
+    // Every core busy while an execution runs: the next task's container is not booted.
+    let busy = BusyCores::start();
+    sb.exec_next_task_ahead(&prepared, &sh("echo next"));
+    let out = sb.exec(&prepared, sh("sleep 1")).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(sb.booted_ahead(), (0, 0));
+    // A core idle again while it is announced: booted then, and its execution takes it.
+    drop(busy);
+    booted_ahead(&sb).await;
+    let out = sb.exec(&prepared, sh("echo next")).await.unwrap();
+    assert_ran(&out, 0);
+    assert_eq!(out.output, "next\n");
+    assert_eq!(took(&out, "create"), Duration::ZERO, "{out:?}");
+    sb.settle().await;
+
+    // `always`: booted at once, every core busy or not.
+    let (always, _always_cache) = staging(StageAheadMode::Always).await;
+    let busy = BusyCores::start();
+    always.exec_next_task_ahead(&prepared, &sh("echo next"));
+    let out = always.exec(&prepared, sh("true")).await.unwrap();
+    assert_ran(&out, 0);
+    booted_ahead(&always).await;
+    drop(busy);
+    always.settle().await;
+    assert_eq!(our_containers(&sb, image).await, Vec::<String>::new());
+    remove_image(&sb, image).await;
+}
+
 /// A sandbox like [`sandbox`]'s (whose check it follows), staging announced executions ahead
 /// as `stage` says.
 async fn staging(stage: StageAheadMode) -> (DockerSandbox, tempfile::TempDir) {

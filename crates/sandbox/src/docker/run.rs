@@ -33,7 +33,7 @@ use bollard::query_parameters::{
     RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
@@ -948,6 +948,8 @@ struct AheadState {
     /// Keys being booted, each until its container is kept or its boot failed (watched, so
     /// that draining, and an execution of that key, can wait for them).
     booting: tokio::sync::watch::Sender<Vec<String>>,
+    /// Keys of the node's next task waiting for an idle core before their container boots.
+    waiting_for_idle: Mutex<HashSet<String>>,
     serial: std::sync::atomic::AtomicU64,
 }
 
@@ -973,6 +975,9 @@ struct Announced {
     image: String,
     request: ExecRequest,
     since: Instant,
+    /// The first execution of the node's next task (not of the task that runs): unless the
+    /// mode is `always`, its container boots only once a core is idle.
+    next_task: bool,
 }
 
 /// A container an execution takes from [`Ahead`].
@@ -993,15 +998,16 @@ impl Ahead {
                 spares: Mutex::default(),
                 announced: Mutex::default(),
                 booting: tokio::sync::watch::channel(Vec::new()).0,
+                waiting_for_idle: Mutex::default(),
                 serial: Default::default(),
             }),
         }
     }
 
     /// Announces that an execution of `request` on `image` comes next, so that a container is
-    /// booted ahead for it (and stages its tree, as the mode says); a request that fails
-    /// validation is not announced.
-    pub(super) fn announce(&self, image: &str, request: &ExecRequest) {
+    /// booted ahead for it (and stages its tree, as the mode says); `next_task` when it is the
+    /// first of the node's next task. A request that fails validation is not announced.
+    pub(super) fn announce(&self, image: &str, request: &ExecRequest, next_task: bool) {
         let state = &self.state;
         // An invalid request is not prepared: its execution meets the error on its path.
         if !state.on || validate(request).is_err() {
@@ -1024,6 +1030,7 @@ impl Ahead {
             image: image.to_string(),
             request: request.clone(),
             since: Instant::now(),
+            next_task,
         });
     }
 
@@ -1069,25 +1076,45 @@ impl Ahead {
         if !state.on {
             return Vec::new();
         }
+        // The next task's container waits for an idle core (unless the mode is `always`): on
+        // as many busy slots as cores, its boot only slows the tests that run.
+        let core_idle = std::cell::OnceCell::new();
+        let must_wait = |a: &Announced| {
+            a.next_task
+                && state.stage != StageAheadMode::Always
+                && !*core_idle.get_or_init(|| stage_ahead::stage_now(StageAheadMode::WhenIdle))
+        };
+        let mut later = Vec::new();
         let announced: Vec<(String, ContainerCreateBody)> = {
             let announced = crate::lock(&state.announced);
             let mut seen = Vec::new();
             for a in announced.iter().filter(|a| a.since.elapsed() < AHEAD_IDLE) {
                 if !seen.iter().any(|(k, _)| *k == a.key) {
                     let body = container_body(&execution_spec(&a.image, &a.request));
+                    if must_wait(a) {
+                        later.push((a.key.clone(), body.clone()));
+                    }
                     seen.push((a.key.clone(), body));
                 }
             }
             seen
         };
         let keys = announced.iter().map(|(k, _)| k.clone()).collect();
+        let ready = |key: &str| {
+            crate::lock(&state.spares)
+                .iter()
+                .any(|s| s.key == key && s.staged.is_none())
+        };
+        for (key, body) in later {
+            if !ready(&key) && crate::lock(&state.waiting_for_idle).insert(key.clone()) {
+                self.boot_when_idle(key, body, docker, removals);
+            }
+        }
         let to_boot: Vec<(String, ContainerCreateBody)> = announced
             .into_iter()
             .filter(|(key, _)| {
-                let ready = crate::lock(&state.spares)
-                    .iter()
-                    .any(|s| s.key == *key && s.staged.is_none());
-                !ready && self.claim(key)
+                let waits = crate::lock(&state.waiting_for_idle).contains(key);
+                !waits && !ready(key) && self.claim(key)
             })
             .collect();
         if to_boot.is_empty() {
@@ -1105,6 +1132,48 @@ impl Ahead {
             }
         });
         keys
+    }
+
+    /// Boots the container of the next task's key `key` once a core is idle (read every
+    /// [`IDLE_POLL`]) while its execution stays announced, then stages it as the mode says;
+    /// nothing when its execution comes first (it boots its own).
+    fn boot_when_idle(
+        &self,
+        key: String,
+        body: ContainerCreateBody,
+        docker: &Docker,
+        removals: &Removals,
+    ) {
+        let (this, docker, removals) = (self.clone(), docker.clone(), removals.clone());
+        tokio::spawn(async move {
+            let idle = loop {
+                tokio::time::sleep(IDLE_POLL).await;
+                if !this.announced(&key) {
+                    break false;
+                }
+                if stage_ahead::stage_now(StageAheadMode::WhenIdle) {
+                    break true;
+                }
+            };
+            // Claimed before it stops waiting: an execution of that key then waits for this boot.
+            let claimed = idle && this.claim(&key);
+            crate::lock(&this.state.waiting_for_idle).remove(&key);
+            if !claimed {
+                return;
+            }
+            // Its execution came, or the node drains, between the reading and the claim.
+            if !this.announced(&key) {
+                this.release(&key);
+                return;
+            }
+            let image = body.image.clone().unwrap_or_default();
+            match boot(&docker, &body, &image, &LimitWarnings::default()).await {
+                Ok(booted) => this.keep(key.clone(), booted, None, &removals).await,
+                Err(e) => debug!(error = %e, "booting an execution container ahead failed"),
+            }
+            this.release(&key);
+            this.stage_next(key, &removals);
+        });
     }
 
     /// Marks `key` as being booted or staged, unless it already is; whether it was free.

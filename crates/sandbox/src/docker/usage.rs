@@ -66,6 +66,37 @@ pub fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// Execution containers (those with [`super::CONTAINER_LABEL`]) the engine created from
+/// `since_ns` to `until_ns` (Unix nanoseconds): with the executions that ran, what tells how
+/// many containers booted ahead went unused. `None` when the CLI cannot answer.
+pub fn execution_containers_created(since_ns: u128, until_ns: u128) -> Option<usize> {
+    let seconds = |ns: u128| (ns / 1_000_000_000).to_string();
+    let out = Command::new("docker")
+        .args(["events", "--since", &seconds(since_ns)])
+        .args(["--until", &seconds(until_ns + 999_999_999)])
+        .args(["--filter", "type=container", "--filter", "event=create"])
+        .args(["--filter", &format!("label={}", super::CONTAINER_LABEL)])
+        .args(["--format", "{{.TimeNano}}"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    Some(created_within(
+        &String::from_utf8_lossy(&out.stdout),
+        since_ns,
+        until_ns,
+    ))
+}
+
+/// How many of `docker events`' times (one nanosecond time a line) fall from `since_ns` to
+/// `until_ns`: the CLI takes whole seconds, the count is exact.
+fn created_within(times: &str, since_ns: u128, until_ns: u128) -> usize {
+    times
+        .lines()
+        .filter_map(|l| l.trim().parse::<u128>().ok())
+        .filter(|t| (since_ns..=until_ns).contains(t))
+        .count()
+}
+
 /// The engine's own floor for one container on this machine: the median wall time (ms) of
 /// `docker run --rm --network none IMAGE true`, `n` times, the CLI's start included; `None`
 /// when docker cannot run it.
@@ -96,6 +127,20 @@ pub fn engine_floor_ms(image: &str, n: usize) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containers_created_are_counted_to_the_nanosecond() {
+        let times = "1000000000500\n1000000001500\nnot a time\n1000000002000\n999999999999\n";
+        assert_eq!(
+            created_within(times, 1_000_000_000_000, 1_000_000_001_999),
+            2
+        );
+        assert_eq!(
+            created_within(times, 1_000_000_000_000, 1_000_000_002_000),
+            3
+        );
+        assert_eq!(created_within("", 0, u128::MAX), 0);
+    }
 
     #[test]
     fn docker_human_sizes_read_as_bytes() {
