@@ -19,7 +19,7 @@ use reprobench_domain::kind::SlotSpec;
 use reprobench_domain::synthetic::SyntheticDataset;
 use reprobench_proto::v1::{ListRunsRequest, SubmitRunRequest, WatchRunRequest};
 use reprobench_sandbox::docker::usage::{
-    engine_floor_ms, execution_containers_created, image_bytes, images_evicted_since, now_unix,
+    ContainerCreations, engine_floor_ms, image_bytes, images_evicted_since, now_unix,
 };
 use std::time::{Duration, Instant};
 
@@ -970,13 +970,6 @@ impl MachineCpu {
     }
 }
 
-/// Now, in nanoseconds since the Unix epoch.
-fn unix_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-}
-
 /// `bench slice --all`'s options from the command line.
 fn all_options(
     a: &SliceBenchArgs,
@@ -1343,15 +1336,15 @@ fn ahead_comparison(
             extra.extend(flag);
             let data = format!("data-preds-{nodes}-{name}");
             let cpu_before = MachineCpu::now();
-            let started_ns = unix_ns();
+            let creations = (executor == "docker")
+                .then(ContainerCreations::start)
+                .flatten();
             let (run, wall) = slice_eval(root, rows, predictions, executor, nodes, &data, &extra)?;
             let cpu_after = MachineCpu::now();
+            // Every execution run took one container; the rest were booted ahead and not taken.
+            let containers = creations.map(ContainerCreations::stop);
             let figures = execution_figures(&run);
             let command_s = figures.test.iter().sum::<f64>() / 1000.0;
-            // Every execution run took one container; the rest were booted ahead and not taken.
-            let containers = (executor == "docker")
-                .then(|| execution_containers_created(started_ns, unix_ns()))
-                .flatten();
             walls.push(wall);
             by_arm.insert(
                 name.into(),

@@ -66,25 +66,49 @@ pub fn now_unix() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// Execution containers (those with [`super::CONTAINER_LABEL`]) the engine created from
-/// `since_ns` to `until_ns` (Unix nanoseconds): with the executions that ran, what tells how
-/// many containers booted ahead went unused. `None` when the CLI cannot answer.
-pub fn execution_containers_created(since_ns: u128, until_ns: u128) -> Option<usize> {
-    let seconds = |ns: u128| (ns / 1_000_000_000).to_string();
-    let out = Command::new("docker")
-        .args(["events", "--since", &seconds(since_ns)])
-        .args(["--until", &seconds(until_ns + 999_999_999)])
-        .args(["--filter", "type=container", "--filter", "event=create"])
-        .args(["--filter", &format!("label={}", super::CONTAINER_LABEL)])
-        .args(["--format", "{{.TimeNano}}"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())?;
-    Some(created_within(
-        &String::from_utf8_lossy(&out.stdout),
-        since_ns,
-        until_ns,
-    ))
+/// Counts the execution containers (those with [`super::CONTAINER_LABEL`]) the engine creates
+/// while it runs: with the executions that ran, what tells how many containers booted ahead
+/// went unused. A `docker events` stream from its start, since the engine keeps only its last
+/// 256 events, too few to be asked afterwards.
+pub struct ContainerCreations {
+    events: std::process::Child,
+    since_ns: u128,
+}
+
+impl ContainerCreations {
+    /// Starts counting now; `None` when the CLI cannot be started.
+    pub fn start() -> Option<ContainerCreations> {
+        let since_ns = now_ns();
+        let events = Command::new("docker")
+            .args(["events", "--since", &(since_ns / 1_000_000_000).to_string()])
+            .args(["--filter", "type=container", "--filter", "event=create"])
+            .args(["--filter", &format!("label={}", super::CONTAINER_LABEL)])
+            .args(["--format", "{{.TimeNano}}"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        Some(ContainerCreations { events, since_ns })
+    }
+
+    /// Stops counting: the containers created from the start until now.
+    pub fn stop(mut self) -> usize {
+        let until_ns = now_ns();
+        let _ = self.events.kill();
+        let out = self.events.wait_with_output().map(|o| o.stdout);
+        created_within(
+            &String::from_utf8_lossy(&out.unwrap_or_default()),
+            self.since_ns,
+            until_ns,
+        )
+    }
+}
+
+/// Nanoseconds since the Unix epoch.
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
 }
 
 /// How many of `docker events`' times (one nanosecond time a line) fall from `since_ns` to
