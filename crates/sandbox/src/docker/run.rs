@@ -1156,13 +1156,17 @@ impl Ahead {
                 }
             };
             // Claimed before it stops waiting: an execution of that key then waits for this boot.
-            let claimed = idle && this.claim(&key);
+            let claimed = idle && this.claim_while_announced(&key).await;
             crate::lock(&this.state.waiting_for_idle).remove(&key);
             if !claimed {
                 return;
             }
-            // Its execution came, or the node drains, between the reading and the claim.
-            if !this.announced(&key) {
+            // Its execution came, or the node drains, between the reading and the claim; or a
+            // container of that key was booted meanwhile.
+            let ready = crate::lock(&this.state.spares)
+                .iter()
+                .any(|s| s.key == key && s.staged.is_none());
+            if ready || !this.announced(&key) {
                 this.release(&key);
                 return;
             }
@@ -1174,6 +1178,26 @@ impl Ahead {
             this.release(&key);
             this.stage_next(key, &removals);
         });
+    }
+
+    /// Claims `key` ([`Ahead::claim`]), waiting while another holds it (a staging that found
+    /// no container to stage in lets go at once), as long as an execution of `key` stays
+    /// announced; whether it was claimed.
+    async fn claim_while_announced(&self, key: &str) -> bool {
+        let mut booting = self.state.booting.subscribe();
+        loop {
+            if self.claim(key) {
+                return true;
+            }
+            // The watch's value is read under a lock: `is_ok` lets it go before the next claim.
+            let freed = booting
+                .wait_for(|keys| !keys.iter().any(|k| k == key))
+                .await
+                .is_ok();
+            if !freed || !self.announced(key) {
+                return false;
+            }
+        }
     }
 
     /// Marks `key` as being booted or staged, unless it already is; whether it was free.
