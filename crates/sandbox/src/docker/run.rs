@@ -1246,6 +1246,10 @@ impl Ahead {
                     return;
                 }
             }
+            // A next task's key waiting for an idle core is staged by its boot, once booted.
+            if crate::lock(&this.state.waiting_for_idle).contains(&key) {
+                return;
+            }
             let mut booting = this.state.booting.subscribe();
             let _ = booting.wait_for(|keys| !keys.contains(&key)).await;
             if !this.claim(&key) {
@@ -1260,6 +1264,11 @@ impl Ahead {
     /// ahead for `key` that staged nothing, and keeps it as staged for that execution (within
     /// that execution's timeout, else the container goes).
     async fn stage_in_spare(&self, key: &str, removals: &Removals) {
+        // With no container to stage in, the announcement stays for the one booted later.
+        let unstaged = |s: &Spare| s.key == key && s.staged.is_none();
+        if !crate::lock(&self.state.spares).iter().any(unstaged) {
+            return;
+        }
         let next = {
             let mut announced = crate::lock(&self.state.announced);
             announced.retain(|a| a.since.elapsed() < AHEAD_IDLE);
@@ -1269,9 +1278,7 @@ impl Ahead {
         let Some(next) = next else { return };
         let spare = {
             let mut spares = crate::lock(&self.state.spares);
-            let i = spares
-                .iter()
-                .position(|s| s.key == key && s.staged.is_none());
+            let i = spares.iter().position(unstaged);
             i.map(|i| spares.remove(i))
         };
         let Some(Spare { mut booted, .. }) = spare else {
