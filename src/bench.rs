@@ -609,6 +609,13 @@ pub struct SliceBenchArgs {
     /// predictions again without and with each way of preparing ahead, on 1 node and on 2.
     #[arg(long, conflicts_with = "gold_only")]
     ahead_only: bool,
+    /// Only these arms of the comparison of preparing ahead (docker: without, booted_only,
+    /// within_task, with, with_always; process: without, within_task, with) [default: all].
+    #[arg(long, value_delimiter = ',', value_name = "ARMS")]
+    arms: Vec<String>,
+    /// Node counts of the comparison of preparing ahead, each arm on each [default: 1,2].
+    #[arg(long, value_delimiter = ',', value_name = "N", default_values_t = [1u32, 2])]
+    arm_nodes: Vec<u32>,
     /// Local nodes (one slot each) of the `--gold-only` evaluation.
     #[arg(long, default_value_t = 2)]
     nodes: u32,
@@ -766,6 +773,8 @@ pub(crate) struct ExecutionFigures {
     pub(crate) run: usize,
     overhead: Vec<f64>,
     test: Vec<f64>,
+    /// CPU ms of the test commands that report it (docker), and how many do.
+    test_cpu: Vec<f64>,
     phases: Vec<(String, f64)>,
     /// Executions whose tree was staged ahead (an `ahead` phase in their timeline).
     staged_ahead: usize,
@@ -777,6 +786,12 @@ impl ExecutionFigures {
     /// `Σ test-command time / (wall × slots)`: the share of the slots' time the tests ran.
     pub(crate) fn efficiency(&self, wall_s: f64, slots: usize) -> f64 {
         self.test.iter().sum::<f64>() / (wall_s * 1000.0 * slots.max(1) as f64)
+    }
+
+    /// Seconds of CPU of the test commands, when every execution run reported its own.
+    pub(crate) fn command_cpu_s(&self) -> Option<f64> {
+        (self.run > 0 && self.test_cpu.len() == self.run)
+            .then(|| self.test_cpu.iter().sum::<f64>() / 1000.0)
     }
 
     /// Milliseconds of every phase of every execution run.
@@ -802,7 +817,7 @@ impl ExecutionFigures {
 
 pub(crate) fn execution_figures(v: &serde_json::Value) -> ExecutionFigures {
     let reports = std::path::PathBuf::from(v["reports"].as_str().unwrap_or_default());
-    let (mut run, mut overhead, mut test) = (0, Vec::new(), Vec::new());
+    let (mut run, mut overhead, mut test, mut test_cpu) = (0, Vec::new(), Vec::new(), Vec::new());
     let (mut staged_ahead, mut booted_ahead) = (0, 0);
     let mut phases: Vec<(String, f64)> = Vec::new();
     for entry in std::fs::read_dir(&reports).into_iter().flatten().flatten() {
@@ -840,12 +855,16 @@ pub(crate) fn execution_figures(v: &serde_json::Value) -> ExecutionFigures {
                 test.push(t);
                 overhead.push(cmd + over - t);
             }
+            if let Some(cpu) = e["test_cpu_ms"].as_f64() {
+                test_cpu.push(cpu);
+            }
         }
     }
     ExecutionFigures {
         run,
         overhead,
         test,
+        test_cpu,
         phases,
         staged_ahead,
         booted_ahead,
@@ -905,6 +924,9 @@ pub(crate) struct MachineCpu {
     /// evaluation's own processes (its coordinator, nodes and what they ran on the host; not
     /// a container's processes, which the engine starts).
     children_s: f64,
+    /// CPU seconds of the Docker engine's containers, removed ones included (their parent
+    /// cgroup), where it can be read.
+    containers_s: Option<f64>,
 }
 
 impl MachineCpu {
@@ -922,6 +944,7 @@ impl MachineCpu {
         let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
         Some(MachineCpu {
             children_s: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+            containers_s: reprobench_sandbox::docker::usage::containers_cpu_s(),
             ..MachineCpu::parse(&text, ticks_per_s as f64)?
         })
     }
@@ -943,30 +966,48 @@ impl MachineCpu {
             busy_s: busy / ticks_per_s,
             all_s: (busy + ticks[3] + ticks[4]) / ticks_per_s,
             children_s: 0.0,
+            containers_s: None,
         })
     }
 
     /// Where the machine's CPU went from `self` to `later` during a run of `executions`
     /// executions whose test commands took `command_s` in all: busy seconds, their share of
     /// all, and per execution the busy seconds, those beyond the commands' own time, and those
-    /// of the evaluation's own processes (on docker the rest beyond the commands is the
-    /// engine's and the containers' scripts').
+    /// of the evaluation's own processes. On docker, with the commands' own CPU
+    /// (`command_cpu_s`, when every execution reported it) and the containers' CPU read, it
+    /// splits the rest too: the containers' scripts (copies, patches, seal, unpacking) and the
+    /// engine with whatever else ran.
     fn spent_until(
         &self,
         later: &MachineCpu,
         executions: usize,
         command_s: f64,
+        command_cpu_s: Option<f64>,
     ) -> serde_json::Value {
         let busy = later.busy_s - self.busy_s;
         let all = later.all_s - self.all_s;
         let per = |s: f64| s / executions.max(1) as f64;
-        serde_json::json!({
+        let harness = later.children_s - self.children_s;
+        let mut v = serde_json::json!({
             "busy_s": busy,
             "busy_share": if all > 0.0 { busy / all } else { 0.0 },
             "busy_s_per_execution": per(busy),
             "busy_s_beyond_commands_per_execution": per(busy - command_s),
-            "harness_processes_s_per_execution": per(later.children_s - self.children_s),
-        })
+            "harness_processes_s_per_execution": per(harness),
+        });
+        if let Some(containers) = self
+            .containers_s
+            .zip(later.containers_s)
+            .map(|(a, b)| b - a)
+        {
+            v["containers_s_per_execution"] = per(containers).into();
+            v["engine_and_rest_s_per_execution"] = per(busy - containers - harness).into();
+            if let Some(commands) = command_cpu_s {
+                v["commands_cpu_s_per_execution"] = per(commands).into();
+                v["container_scripts_s_per_execution"] = per(containers - commands).into();
+            }
+        }
+        v
     }
 }
 
@@ -1192,7 +1233,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             "new_predictions_resumed": preds["resumed"],
             "new_predictions_resolved": preds["resolved"],
             "new_predictions_official_verdicts": official_verdicts(&a, &slice, &preds)?,
-            "ahead": ahead_comparison(&root, &rows, &preds_file, &executor, &say)?,
+            "ahead": ahead_comparison(&root, &rows, &preds_file, &executor, &a.arms, &a.arm_nodes, &say)?,
         });
         let with_overhead = v["ahead"]["1_node"]["with"]["overhead_ms_median"].as_f64();
         let mut v = v;
@@ -1232,6 +1273,8 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         &rows,
         &predictions.display().to_string(),
         &executor,
+        &a.arms,
+        &a.arm_nodes,
         &say,
     )?;
     let run_cold = execution_figures(&cold).run;
@@ -1298,9 +1341,11 @@ fn ahead_comparison(
     rows: &std::path::Path,
     predictions: &str,
     executor: &str,
+    only_arms: &[String],
+    node_counts: &[u32],
     say: &dyn Fn(String),
 ) -> Result<serde_json::Value> {
-    let arms: &[(&str, &[&str])] = if executor == "docker" {
+    let all_arms: &[(&str, &[&str])] = if executor == "docker" {
         &[
             ("without", &["--no-boot-ahead"]),
             (
@@ -1318,9 +1363,14 @@ fn ahead_comparison(
             ("with", &[]),
         ]
     };
-    let off_flag = arms[0].1;
+    if node_counts.is_empty() || node_counts.contains(&0) {
+        anyhow::bail!("--arm-nodes: give one or more node counts, each at least 1 (e.g. 1,2)");
+    }
+    let arms = chosen_arms(all_arms, only_arms, executor)?;
+    let arms = arms.as_slice();
+    let off_flag = all_arms[0].1;
     let mut by_nodes = serde_json::Map::new();
-    for nodes in [1u32, 2] {
+    for &nodes in node_counts {
         let order: Vec<String> = arms
             .iter()
             .map(|(name, flag)| format!("{name} ({})", flag.join(" ")))
@@ -1362,7 +1412,7 @@ fn ahead_comparison(
                     // The slots' time in no execution's phase: the run's start and end, the
                     // scheduling, grading and store writes between executions, an idle slot at the end.
                     "slot_s_outside_executions": wall * nodes as f64 - figures.phases_ms() / 1000.0,
-                    "cpu": cpu_before.zip(cpu_after).map(|(b, a)| b.spent_until(&a, figures.run, command_s)),
+                    "cpu": cpu_before.zip(cpu_after).map(|(b, a)| b.spent_until(&a, figures.run, command_s, figures.command_cpu_s())),
                     "resolved": run["resolved"],
                 }),
             );
@@ -1371,13 +1421,11 @@ fn ahead_comparison(
             let i = arms.iter().position(|(name, _)| *name == arm);
             i.map(|i| walls[i])
         };
-        let with = wall_of("with").expect("every executor has the default arm");
-        by_arm.insert(
-            "wall_ratio_with_to_without".into(),
-            (with / walls[0]).into(),
-        );
+        if let (Some(with), Some(without)) = (wall_of("with"), wall_of("without")) {
+            by_arm.insert("wall_ratio_with_to_without".into(), (with / without).into());
+        }
         // What announcing the next task's first execution bought over preparing within a task.
-        if let Some(within) = wall_of("within_task") {
+        if let (Some(with), Some(within)) = (wall_of("with"), wall_of("within_task")) {
             by_arm.insert(
                 "wall_ratio_with_to_within_task".into(),
                 (with / within).into(),
@@ -1398,6 +1446,27 @@ fn ahead_comparison(
     Ok(v.into())
 }
 
+/// The arms of [`ahead_comparison`] named in `only` (all when empty), in their own order; an
+/// error names an unknown arm and the executor's arms.
+fn chosen_arms<'a>(
+    all: &'a [(&'a str, &'a [&'a str])],
+    only: &[String],
+    executor: &str,
+) -> Result<Vec<(&'a str, &'a [&'a str])>> {
+    let names: Vec<&str> = all.iter().map(|(name, _)| *name).collect();
+    if let Some(unknown) = only.iter().find(|o| !names.contains(&o.as_str())) {
+        anyhow::bail!(
+            "--arms: no arm {unknown:?} on the {executor} executor; its arms are {}",
+            names.join(", ")
+        );
+    }
+    Ok(all
+        .iter()
+        .filter(|(name, _)| only.is_empty() || only.iter().any(|o| o == name))
+        .copied()
+        .collect())
+}
+
 /// Removes the slice benchmark's scratch directory (unless `--work` named it) and prints its figures.
 fn finish_slice(
     root: &std::path::Path,
@@ -1416,6 +1485,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn arms_of_the_ahead_comparison_are_chosen_by_name_in_their_own_order() {
+        let all: &[(&str, &[&str])] = &[("without", &["--x"]), ("within_task", &[]), ("with", &[])];
+        fn names<'a>(v: Vec<(&'a str, &'a [&'a str])>) -> Vec<&'a str> {
+            v.into_iter().map(|(n, _)| n).collect()
+        }
+        assert_eq!(names(chosen_arms(all, &[], "process").unwrap()).len(), 3);
+        let only = ["with".to_string(), "without".to_string()];
+        assert_eq!(
+            names(chosen_arms(all, &only, "process").unwrap()),
+            ["without", "with"]
+        );
+        let err = chosen_arms(all, &["always".to_string()], "process").unwrap_err();
+        assert!(
+            err.to_string().contains("without, within_task, with"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn execution_figures_count_what_ran_ahead_and_skip_cached_executions() {
         let dir = tempfile::tempdir().unwrap();
         let timings = |phases: &[(&str, f64)]| {
@@ -1427,7 +1515,7 @@ mod tests {
         let execution = |phases: &[(&str, f64)], test_ms: u64| {
             serde_json::json!({
                 "cached": false, "command_ms": test_ms + 50, "overhead_ms": 100,
-                "test_ms": test_ms, "timings": timings(phases),
+                "test_ms": test_ms, "test_cpu_ms": test_ms / 2, "timings": timings(phases),
             })
         };
         let report = serde_json::json!({"instance_id": "o__r-1", "executions": {
@@ -1448,6 +1536,8 @@ mod tests {
         .unwrap();
         let f = execution_figures(&serde_json::json!({"reports": dir.path()}));
         assert_eq!((f.run, f.staged_ahead, f.booted_ahead), (3, 1, 2));
+        // The cached execution's CPU is not counted: (800 + 600 + 200) / 2 ms.
+        assert_eq!(f.command_cpu_s(), Some(0.8));
         assert_eq!(
             f.phases_ms(),
             40.0 + 200.0 + 1.0 + 900.0 + 2.0 + 700.0 + 1.0 + 300.0
@@ -1468,13 +1558,35 @@ mod tests {
         close(a.busy_s, 1.46);
         close(a.all_s, 1.46 + 10.05);
         let b = later(MachineCpu::parse(&at(400, 1300), 100.0).unwrap(), 0.5);
-        let spent = a.spent_until(&b, 2, 1.0);
+        let spent = a.spent_until(&b, 2, 1.0, Some(0.8));
         let field = |k: &str| spent[k].as_f64().unwrap();
         close(field("busy_s"), 3.0);
         close(field("busy_share"), 0.5);
         close(field("busy_s_per_execution"), 1.5);
         close(field("busy_s_beyond_commands_per_execution"), 1.0);
         close(field("harness_processes_s_per_execution"), 0.25);
+        // No containers' CPU read: no split of the rest.
+        assert!(spent.get("containers_s_per_execution").is_none());
+        // With the containers' 2 s: 1 s of it the commands', 1 s their scripts'; the engine
+        // and the rest 3 - 2 - 0.5.
+        let with_containers = |m: MachineCpu, s: f64| MachineCpu {
+            containers_s: Some(s),
+            ..m
+        };
+        let a = with_containers(a, 10.0);
+        let b = with_containers(b, 12.0);
+        let spent = a.spent_until(&b, 2, 1.0, Some(1.0));
+        let field = |k: &str| spent[k].as_f64().unwrap();
+        close(field("containers_s_per_execution"), 1.0);
+        close(field("commands_cpu_s_per_execution"), 0.5);
+        close(field("container_scripts_s_per_execution"), 0.5);
+        close(field("engine_and_rest_s_per_execution"), 0.25);
+        // Without every command's CPU, no split between commands and scripts.
+        assert!(
+            a.spent_until(&b, 2, 1.0, None)
+                .get("container_scripts_s_per_execution")
+                .is_none()
+        );
         assert_eq!(MachineCpu::parse("intr 1\n", 100.0), None);
         assert_eq!(MachineCpu::parse("cpu  1 2 x 4 5 6 7 8\n", 100.0), None);
         assert!(MachineCpu::now().is_some_and(|c| c.all_s >= c.busy_s && c.busy_s > 0.0));

@@ -154,6 +154,10 @@ pub struct ExecRecord {
     /// prepared, to its end).
     #[serde(default)]
     pub test_ms: Option<u64>,
+    /// Milliseconds of CPU (user and system) the test command and the children it waited for
+    /// used, where the sandbox tells (docker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub test_cpu_ms: Option<u64>,
     /// Taken from the cache.
     #[serde(default)]
     pub cached: bool,
@@ -395,6 +399,10 @@ impl SwtExecutor {
             test_ms: report
                 .started
                 .then_some(out.command_time.as_millis() as u64),
+            test_cpu_ms: out
+                .command_cpu
+                .filter(|_| report.started)
+                .map(|d| d.as_millis() as u64),
             cached: false,
             output_truncated: out.output_truncated,
             timings: out

@@ -839,11 +839,16 @@ fn read_host_ca() -> Option<Vec<u8>> {
     HOST_CA_BUNDLES.iter().find_map(|p| std::fs::read(p).ok())
 }
 
-fn unix_now() -> u64 {
+/// Now, in nanoseconds since the Unix epoch (the clock a container's `date +%s%N` reads).
+pub(crate) fn unix_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// Now, in whole seconds since the Unix epoch.
+pub(crate) fn unix_now() -> u64 {
+    unix_ns() / 1_000_000_000
 }
 
 fn load_usage(path: &Path) -> HashMap<String, u64> {

@@ -428,6 +428,9 @@ pub struct ExecOutput {
     pub collected: Option<Vec<u8>>,
     /// Time the command ran (from start to exit or kill).
     pub command_time: Duration,
+    /// CPU time (user and system) the command and the children it waited for used, where the
+    /// sandbox can tell.
+    pub command_cpu: Option<Duration>,
     /// Time the harness itself spent around it (copies, patches, sealing, start, cleanup).
     pub overhead: Duration,
     /// Where the execution's wall time went, phase by phase in the order they ran (the

@@ -353,6 +353,27 @@ async fn prepare_builds_each_layer_once_and_exec_runs_the_tests() {
         out.command_time, out.overhead, out.phases
     );
 
+    // The command's own CPU: a command that spins for half a second of CPU counts at least
+    // that (and its child's), one that sleeps for a second next to nothing.
+    let spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass";
+    let out = sb
+        .exec(
+            &a,
+            sh(&format!("python3 -c '{spin}' && python3 -c '{spin}'")),
+        )
+        .await
+        .unwrap();
+    assert_ran(&out, 0);
+    let cpu = out.command_cpu.expect("docker tells the command's CPU");
+    assert!(
+        cpu >= Duration::from_millis(980),
+        "two half-second spins: {cpu:?}"
+    );
+    let out = sb.exec(&a, sh("sleep 1")).await.unwrap();
+    assert_ran(&out, 0);
+    let cpu = out.command_cpu.expect("docker tells the command's CPU");
+    assert!(cpu < Duration::from_millis(300), "a sleep: {cpu:?}");
+
     // In /work, a git repository whose one commit is the tree (the pre_install's file in it),
     // with the ignored files beside it; run as an unprivileged user.
     let out = sb

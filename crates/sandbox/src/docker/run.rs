@@ -22,7 +22,7 @@ use super::super::stage_ahead::{self, StageAheadMode};
 use super::super::{
     CappedOutput, ExecOutput, ExecRequest, Limits, SandboxError, check_relative_path,
 };
-use super::{CONTAINER_LABEL, WORKDIR, engine_error};
+use super::{CONTAINER_LABEL, WORKDIR, engine_error, unix_ns};
 use bollard::Docker;
 use bollard::errors::Error as EngineError;
 use bollard::models::{
@@ -215,9 +215,11 @@ fn script(nonce: &str, req: &ExecRequest) -> String {
          IFS= read -r go <&3 && [ \"$go\" = go ] || exit 1\n\
          exec 3<&-\n\
          echo \"REPROBENCH-$N START $(date +%s%N)\"\n\
+         times > /stage/cpu-before\n\
          setpriv --reuid=\"$U\" --regid=\"$U\" --clear-groups -- {}\n\
          rc=$?\n\
-         echo \"REPROBENCH-$N END $rc $(date +%s%N)\"\n",
+         times > /stage/cpu-after\n\
+         echo \"REPROBENCH-$N END $rc $(date +%s%N) $(tail -n 1 /stage/cpu-before) $(tail -n 1 /stage/cpu-after)\"\n",
         command.join(" ")
     ));
     if let Some(c) = &collect {
@@ -382,6 +384,7 @@ pub(super) async fn exec(
         started: true,
         collected: parts.collected,
         command_time,
+        command_cpu: parts.command_cpu,
         overhead: begun.elapsed().saturating_sub(command_time),
         phases,
     })
@@ -440,6 +443,8 @@ struct Framer {
     start_ns: Option<u64>,
     test_ns: Option<u64>,
     end_ns: Option<u64>,
+    /// CPU time the command and the children it waited for used, as the script's shell read it.
+    command_cpu: Option<Duration>,
     /// The command's exit status, as the script said it.
     status: Option<i64>,
     /// The script gave its last mark: all the output that counts is in.
@@ -465,6 +470,7 @@ impl Framer {
             start_ns: None,
             test_ns: None,
             end_ns: None,
+            command_cpu: None,
             status: None,
             done: false,
             marks: Vec::new(),
@@ -526,8 +532,9 @@ impl Framer {
                 self.started = true;
                 self.start_ns = t.parse().ok();
             }
-            ["END", status, t] if self.started && !self.ended => {
+            ["END", status, t, cpu @ ..] if self.started && !self.ended => {
                 self.ended = true;
+                self.command_cpu = command_cpu(cpu);
                 self.status = status.parse().ok();
                 self.end_ns = t.parse::<u64>().ok();
                 self.test_ns = self
@@ -569,6 +576,7 @@ impl Framer {
             marks: self.marks,
             start_ns: self.start_ns,
             end_ns: self.end_ns,
+            command_cpu: self.command_cpu,
             collected: self
                 .collecting
                 .then(|| {
@@ -579,6 +587,21 @@ impl Framer {
                 .flatten(),
         }
     }
+}
+
+/// The command's CPU time from the shell's `times` before and after it, the children's line of
+/// each (`user system`, as `0m1.250000s 0m0.040000s`): the children's growth, or `None` when
+/// the words are not four such times.
+fn command_cpu(words: &[&str]) -> Option<Duration> {
+    let seconds = |w: &str| -> Option<f64> {
+        let (m, s) = w.strip_suffix('s')?.split_once('m')?;
+        let (m, s) = (m.parse::<f64>().ok()?, s.parse::<f64>().ok()?);
+        (m >= 0.0 && s >= 0.0).then_some(m * 60.0 + s)
+    };
+    let [u0, s0, u1, s1] = words else { return None };
+    let before = seconds(u0)? + seconds(s0)?;
+    let after = seconds(u1)? + seconds(s1)?;
+    Some(Duration::from_secs_f64((after - before).max(0.0)))
 }
 
 /// An execution's output, framed.
@@ -599,6 +622,8 @@ struct Framed {
     /// When the command started and ended (unix ns).
     start_ns: Option<u64>,
     end_ns: Option<u64>,
+    /// CPU time of the command (user and system, its waited-for children included).
+    command_cpu: Option<Duration>,
     /// The collected file, when printed.
     collected: Option<Vec<u8>>,
 }
@@ -744,13 +769,6 @@ struct HostTimes {
     exit_seen_ns: u64,
     /// Waiting for the end of its output after the exit.
     output_wait: Duration,
-}
-
-/// Now, in nanoseconds since the unix epoch (the clock the container's `date +%s%N` reads).
-fn unix_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// How many removals may run in the background before an execution waits for its own.
@@ -962,6 +980,22 @@ struct Spare {
     staged: Option<StagedFor>,
 }
 
+impl Spare {
+    /// Booted for `key` and given no execution's tree yet: any execution of `key` may take it.
+    fn is_unstaged_for(&self, key: &str) -> bool {
+        self.key == key && self.staged.is_none()
+    }
+}
+
+impl AheadState {
+    /// A container booted ahead for `key` that staged nothing waits.
+    fn has_unstaged_spare(&self, key: &str) -> bool {
+        crate::lock(&self.spares)
+            .iter()
+            .any(|s| s.is_unstaged_for(key))
+    }
+}
+
 /// The announced execution a container booted ahead was given the input of: it staged that
 /// execution's tree, with that nonce, and waits for the go line.
 struct StagedFor {
@@ -1051,11 +1085,10 @@ impl Ahead {
         let mut spares = crate::lock(&state.spares);
         let staged_for_it =
             |s: &Spare| s.key == key && s.staged.as_ref().is_some_and(|f| f.request == *request);
-        let i = spares.iter().position(staged_for_it).or_else(|| {
-            spares
-                .iter()
-                .position(|s| s.key == key && s.staged.is_none())
-        })?;
+        let i = spares
+            .iter()
+            .position(staged_for_it)
+            .or_else(|| spares.iter().position(|s| s.is_unstaged_for(key)))?;
         let spare = spares.remove(i);
         Some(Taken {
             booted: spare.booted,
@@ -1100,13 +1133,10 @@ impl Ahead {
             seen
         };
         let keys = announced.iter().map(|(k, _)| k.clone()).collect();
-        let ready = |key: &str| {
-            crate::lock(&state.spares)
-                .iter()
-                .any(|s| s.key == key && s.staged.is_none())
-        };
         for (key, body) in later {
-            if !ready(&key) && crate::lock(&state.waiting_for_idle).insert(key.clone()) {
+            if !state.has_unstaged_spare(&key)
+                && crate::lock(&state.waiting_for_idle).insert(key.clone())
+            {
                 self.boot_when_idle(key, body, docker, removals);
             }
         }
@@ -1114,7 +1144,7 @@ impl Ahead {
             .into_iter()
             .filter(|(key, _)| {
                 let waits = crate::lock(&state.waiting_for_idle).contains(key);
-                !waits && !ready(key) && self.claim(key)
+                !waits && !state.has_unstaged_spare(key) && self.claim(key)
             })
             .collect();
         if to_boot.is_empty() {
@@ -1163,10 +1193,7 @@ impl Ahead {
             }
             // Its execution came, or the node drains, between the reading and the claim; or a
             // container of that key was booted meanwhile.
-            let ready = crate::lock(&this.state.spares)
-                .iter()
-                .any(|s| s.key == key && s.staged.is_none());
-            if ready || !this.announced(&key) {
+            if this.state.has_unstaged_spare(&key) || !this.announced(&key) {
                 this.release(&key);
                 return;
             }
@@ -1265,8 +1292,7 @@ impl Ahead {
     /// that execution's timeout, else the container goes).
     async fn stage_in_spare(&self, key: &str, removals: &Removals) {
         // With no container to stage in, the announcement stays for the one booted later.
-        let unstaged = |s: &Spare| s.key == key && s.staged.is_none();
-        if !crate::lock(&self.state.spares).iter().any(unstaged) {
+        if !self.state.has_unstaged_spare(key) {
             return;
         }
         let next = {
@@ -1278,7 +1304,7 @@ impl Ahead {
         let Some(next) = next else { return };
         let spare = {
             let mut spares = crate::lock(&self.state.spares);
-            let i = spares.iter().position(unstaged);
+            let i = spares.iter().position(|s| s.is_unstaged_for(key));
             i.map(|i| spares.remove(i))
         };
         let Some(Spare { mut booted, .. }) = spare else {
@@ -1843,6 +1869,7 @@ mod tests {
                 "chunks of {size}"
             );
             assert_eq!(p.test_ns, Some(4000));
+            assert_eq!(p.command_cpu, None);
             assert_eq!(p.collected.as_deref(), Some(&b"hi"[..]));
         }
         let r = stage::read(&framed(&[text], 1 << 20).setup, "n1");
@@ -1853,6 +1880,34 @@ mod tests {
             (p.test.as_str(), p.test_ns, p.collected),
             ("still running\nREPROB", None, None)
         );
+    }
+
+    #[test]
+    fn the_commands_cpu_is_what_its_children_grew_by_between_the_two_readings() {
+        let p = framed(
+            &[
+                "REPROBENCH-n1 START 1\nok\nREPROBENCH-n1 END 0 9 0m0.250000s 0m0.040000s 1m2.500000s 0m0.290000s\n",
+            ],
+            1 << 20,
+        );
+        assert_eq!(p.test_ns, Some(8));
+        assert_eq!(p.command_cpu.map(|d| d.as_millis()), Some(62_500));
+        for bad in [
+            &["0m0.1s", "0m0.1s", "0m0.2s"][..],
+            &["1", "2", "3", "4"],
+            &["0m-1s", "0m0s", "0m1s", "0m0s"],
+        ] {
+            assert_eq!(command_cpu(bad), None, "{bad:?}");
+        }
+        // A forged end line is output; the real one still counts.
+        let p = framed(
+            &[
+                "REPROBENCH-n1 START 1\nREPROBENCH-n2 END 0 9 0m0s 0m0s 9m0s 0m0s\nREPROBENCH-n1 END 0 9 0m0s 0m0s 0m1.5s 0m0s\n",
+            ],
+            1 << 20,
+        );
+        assert_eq!(p.command_cpu, Some(Duration::from_millis(1500)));
+        assert!(p.test.contains("REPROBENCH-n2 END"));
     }
 
     #[test]

@@ -61,9 +61,7 @@ pub fn images_evicted_since(since: u64) -> Vec<String> {
 
 /// Seconds since the Unix epoch, as `docker events --since` takes them.
 pub fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    super::unix_now()
 }
 
 /// Counts the execution containers (those with [`super::CONTAINER_LABEL`]) the engine creates
@@ -72,13 +70,13 @@ pub fn now_unix() -> u64 {
 /// 256 events, too few to be asked afterwards.
 pub struct ContainerCreations {
     events: std::process::Child,
-    since_ns: u128,
+    since_ns: u64,
 }
 
 impl ContainerCreations {
     /// Starts counting now; `None` when the CLI cannot be started.
     pub fn start() -> Option<ContainerCreations> {
-        let since_ns = now_ns();
+        let since_ns = super::unix_ns();
         let events = Command::new("docker")
             .args(["events", "--since", &(since_ns / 1_000_000_000).to_string()])
             .args(["--filter", "type=container", "--filter", "event=create"])
@@ -93,7 +91,7 @@ impl ContainerCreations {
 
     /// Stops counting: the containers created from the start until now.
     pub fn stop(mut self) -> usize {
-        let until_ns = now_ns();
+        let until_ns = super::unix_ns();
         let _ = self.events.kill();
         let out = self.events.wait_with_output().map(|o| o.stdout);
         created_within(
@@ -104,21 +102,33 @@ impl ContainerCreations {
     }
 }
 
-/// Nanoseconds since the Unix epoch.
-fn now_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos())
-}
-
 /// How many of `docker events`' times (one nanosecond time a line) fall from `since_ns` to
 /// `until_ns`: the CLI takes whole seconds, the count is exact.
-fn created_within(times: &str, since_ns: u128, until_ns: u128) -> usize {
+fn created_within(times: &str, since_ns: u64, until_ns: u64) -> usize {
     times
         .lines()
-        .filter_map(|l| l.trim().parse::<u128>().ok())
+        .filter_map(|l| l.trim().parse::<u64>().ok())
         .filter(|t| (since_ns..=until_ns).contains(t))
         .count()
+}
+
+/// CPU seconds the engine's containers have used, removed ones included: their parent cgroup
+/// `docker` (the cgroupfs driver's; cgroup v1's `cpuacct.usage` or v2's `cpu.stat`); `None`
+/// where there is no such cgroup (the systemd driver puts each container in a scope of its own).
+pub fn containers_cpu_s() -> Option<f64> {
+    if let Ok(ns) = std::fs::read_to_string("/sys/fs/cgroup/cpuacct/docker/cpuacct.usage") {
+        return ns.trim().parse::<f64>().ok().map(|ns| ns / 1e9);
+    }
+    let stat = std::fs::read_to_string("/sys/fs/cgroup/docker/cpu.stat").ok()?;
+    cgroup2_usage_s(&stat)
+}
+
+/// `usage_usec` of a cgroup v2 `cpu.stat`, in seconds.
+fn cgroup2_usage_s(cpu_stat: &str) -> Option<f64> {
+    cpu_stat.lines().find_map(|l| {
+        let usec = l.strip_prefix("usage_usec ")?;
+        usec.trim().parse::<f64>().ok().map(|us| us / 1e6)
+    })
 }
 
 /// The engine's own floor for one container on this machine: the median wall time (ms) of
@@ -163,7 +173,14 @@ mod tests {
             created_within(times, 1_000_000_000_000, 1_000_000_002_000),
             3
         );
-        assert_eq!(created_within("", 0, u128::MAX), 0);
+        assert_eq!(created_within("", 0, u64::MAX), 0);
+    }
+
+    #[test]
+    fn a_cgroup2_cpu_stat_gives_its_usage() {
+        let stat = "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\n";
+        assert_eq!(cgroup2_usage_s(stat), Some(2.5));
+        assert_eq!(cgroup2_usage_s("user_usec 1\n"), None);
     }
 
     #[test]

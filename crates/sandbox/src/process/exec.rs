@@ -973,6 +973,7 @@ fn run_command(
         started: true,
         collected: (req.collect.is_some() && status.is_some()).then_some(reports.collected),
         command_time: ended.saturating_duration_since(command_start),
+        command_cpu: None,
         overhead: Duration::ZERO,
         phases: Vec::new(),
     })
