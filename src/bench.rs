@@ -613,7 +613,7 @@ pub struct SliceBenchArgs {
     /// within_task, with, with_always; process: without, within_task, with) [default: all].
     #[arg(long, value_delimiter = ',', value_name = "ARMS")]
     arms: Vec<String>,
-    /// Node counts of the comparison of preparing ahead, each arm on each [default: 1,2].
+    /// Node counts of the comparison of preparing ahead, each arm on each.
     #[arg(long, value_delimiter = ',', value_name = "N", default_values_t = [1u32, 2])]
     arm_nodes: Vec<u32>,
     /// Local nodes (one slot each) of the `--gold-only` evaluation.
