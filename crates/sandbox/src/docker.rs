@@ -302,6 +302,11 @@ impl DockerSandbox {
         self.inner.ahead.count()
     }
 
+    /// How many containers of the node's next task wait for an idle core before they boot.
+    pub fn waiting_for_idle_core(&self) -> usize {
+        self.inner.ahead.waiting_for_idle()
+    }
+
     /// How many of the containers booted ahead staged an announced execution's tree.
     pub fn staged_ahead(&self) -> usize {
         self.inner.ahead.staged()

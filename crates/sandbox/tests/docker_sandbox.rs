@@ -556,6 +556,9 @@ async fn the_next_tasks_container_boots_once_a_core_is_idle_unless_always() {
     let out = sb.exec(&prepared, sh("sleep 1")).await.unwrap();
     assert_ran(&out, 0);
     assert_eq!(sb.booted_ahead(), (0, 0));
+    // Its boot still waits, the announcement standing: the staging that began with the
+    // command's start, finding no container, left both alone.
+    assert_eq!(sb.waiting_for_idle_core(), 1);
     // A core idle again while it is announced: booted then, and its execution takes it. On a
     // machine that other work keeps busy longer than an announcement lives, it is announced
     // again (with an execution, whose start is what boots the announced).

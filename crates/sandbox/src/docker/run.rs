@@ -1419,6 +1419,11 @@ impl Ahead {
         )
     }
 
+    /// How many keys of the node's next task wait for an idle core before their container boots.
+    pub(super) fn waiting_for_idle(&self) -> usize {
+        crate::lock(&self.state.waiting_for_idle).len()
+    }
+
     /// How many of the containers booted ahead staged an announced execution's tree.
     pub(super) fn staged(&self) -> usize {
         let spares = crate::lock(&self.state.spares);
