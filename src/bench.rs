@@ -20,6 +20,7 @@ use reprobench_domain::synthetic::SyntheticDataset;
 use reprobench_proto::v1::{ListRunsRequest, SubmitRunRequest, WatchRunRequest};
 use reprobench_sandbox::docker::usage::{
     ContainerCreations, engine_floor_ms, image_bytes, images_evicted_since, now_unix,
+    storage_driver,
 };
 use std::time::{Duration, Instant};
 
@@ -901,6 +902,9 @@ fn engine_floor_json(executor: &str, overhead_ms_median: f64) -> serde_json::Val
         "engine_floor_ms_median": floor,
         "engine_floor_cpu_s_per_container": cpu_s.map(|s| s / RUNS as f64),
         "overhead_over_engine_floor": floor.map(|f| overhead_ms_median / f),
+        // fuse-overlayfs serves every file a container reads from its image in a user-space
+        // process, outside the container's CPU: the figures depend on it.
+        "storage_driver": (executor == "docker").then(storage_driver).flatten(),
     })
 }
 

@@ -112,6 +112,17 @@ fn created_within(times: &str, since_ns: u64, until_ns: u64) -> usize {
         .count()
 }
 
+/// The engine's storage driver (`overlay2`, `fuse-overlayfs`, ...), `None` when docker cannot
+/// say.
+pub fn storage_driver() -> Option<String> {
+    let out = Command::new("docker")
+        .args(["info", "--format", "{{.Driver}}"])
+        .output()
+        .ok()?;
+    let driver = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !driver.is_empty()).then_some(driver)
+}
+
 /// CPU seconds the engine's containers have used, removed ones included: their parent cgroup
 /// `docker` (the cgroupfs driver's; cgroup v1's `cpuacct.usage` or v2's `cpu.stat`); `None`
 /// where there is no such cgroup (the systemd driver puts each container in a scope of its own).
