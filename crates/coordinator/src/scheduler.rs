@@ -301,8 +301,15 @@ impl Scheduler {
     }
 
     /// The next task for a free slot of `kind` on `node`, or `None` when nothing is runnable there.
+    ///
+    /// The task [`Scheduler::peek_for`] named for `node`, while it is pending and of `kind`,
+    /// comes first: the node announced it and prepared its first execution ahead, whatever
+    /// the estimates learned since.
     pub fn next_for(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<Pick> {
-        let choice = self.choose(node, kind)?;
+        let choice = match self.named_choice(node, kind) {
+            Some(named) => named,
+            None => self.choose(node, kind)?,
+        };
         let q = self.kinds.get_mut(&kind)?;
         let pick = match choice {
             Choice::Bucket { bucket, from } => {
@@ -330,6 +337,33 @@ impl Scheduler {
         self.location.remove(&pick.task);
         self.forget_name(pick.task);
         Some(pick)
+    }
+
+    /// Where the task named for `node` is, when it is pending, of `kind`, and first in its
+    /// bucket (or in the node's dealt queue), so that taking from there takes it.
+    fn named_choice(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<Choice> {
+        let task = *self.named_for.get(&node)?;
+        let &(task_kind, bucket) = self.location.get(&task)?;
+        if task_kind != kind {
+            return None;
+        }
+        let q = self.kinds.get_mut(&kind)?;
+        if !q.members.contains(&node) {
+            return None;
+        }
+        match self.policy {
+            Policy::AffinityStealing => {
+                q.refresh_ring(&self.key_points);
+                if q.buckets.get(&bucket)?.front() != Some(&task) {
+                    return None;
+                }
+                let from = q.owner_of(bucket.0, &self.key_points)?;
+                Some(Choice::Bucket { bucket, from })
+            }
+            Policy::StaticRoundRobin => {
+                (q.static_queues.get(&node)?.front() == Some(&task)).then_some(Choice::Dealt)
+            }
+        }
     }
 
     /// `task` is no longer anyone's named next task.
@@ -775,6 +809,39 @@ mod tests {
                 "{policy:?}: {peeked} peeks"
             );
         }
+    }
+
+    #[test]
+    fn the_named_task_is_granted_even_when_the_estimates_change_after_the_peek() {
+        let mut s = Scheduler::new(Policy::AffinityStealing);
+        s.add_node(0, &[K]);
+        enqueue(&mut s, 1, "short");
+        enqueue(&mut s, 2, "long");
+        s.record_duration("short", "a", 10.0);
+        s.record_duration("long", "a", 12.0);
+        let named = s.peek_for(0, K);
+        assert_eq!(named, Some(2));
+        // The other key now looks far longer: unnamed, it would go first.
+        s.record_duration("short", "a", 1000.0);
+        let mut unnamed = Scheduler::new(Policy::AffinityStealing);
+        unnamed.add_node(0, &[K]);
+        enqueue(&mut unnamed, 1, "short");
+        enqueue(&mut unnamed, 2, "long");
+        unnamed.record_duration("short", "a", 10.0);
+        unnamed.record_duration("long", "a", 12.0);
+        unnamed.record_duration("short", "a", 1000.0);
+        assert_eq!(unnamed.next_for(0, K).map(|p| p.task), Some(1));
+        // Named, it is granted; then the other.
+        assert_eq!(s.next_for(0, K).map(|p| p.task), Some(2));
+        assert_eq!(s.next_for(0, K).map(|p| p.task), Some(1));
+        assert_eq!(s.next_for(0, K), None);
+        // A named task removed before its grant names nothing.
+        enqueue(&mut s, 3, "x");
+        enqueue(&mut s, 4, "y");
+        let named = s.peek_for(0, K).unwrap();
+        s.remove(named);
+        let other = if named == 3 { 4 } else { 3 };
+        assert_eq!(s.next_for(0, K).map(|p| p.task), Some(other));
     }
 
     #[test]
