@@ -18,9 +18,9 @@ use reprobench_coordinator::sim::{SimConfig, simulate};
 use reprobench_domain::kind::SlotSpec;
 use reprobench_domain::synthetic::SyntheticDataset;
 use reprobench_proto::v1::{ListRunsRequest, SubmitRunRequest, WatchRunRequest};
+use reprobench_sandbox::docker::unix_now;
 use reprobench_sandbox::docker::usage::{
-    ContainerCreations, engine_floor_ms, image_bytes, images_evicted_since, now_unix,
-    storage_driver,
+    ContainerCreations, engine_floor_ms, image_bytes, images_evicted_since, storage_driver,
 };
 use std::time::{Duration, Instant};
 
@@ -1195,7 +1195,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "{instances} SWT-bench instances of {} with the {executor} executor",
         wanted_repos.join(", ")
     ));
-    let started_unix = now_unix();
+    let started_unix = unix_now();
     let images_before = if executor == "docker" {
         image_bytes()
     } else {

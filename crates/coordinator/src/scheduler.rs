@@ -306,10 +306,7 @@ impl Scheduler {
     /// comes first: the node announced it and prepared its first execution ahead, whatever
     /// the estimates learned since.
     pub fn next_for(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<Pick> {
-        let choice = match self.named_choice(node, kind) {
-            Some(named) => named,
-            None => self.choose(node, kind)?,
-        };
+        let choice = self.choose(node, kind)?;
         let q = self.kinds.get_mut(&kind)?;
         let pick = match choice {
             Choice::Bucket { bucket, from } => {
@@ -339,33 +336,6 @@ impl Scheduler {
         Some(pick)
     }
 
-    /// Where the task named for `node` is, when it is pending, of `kind`, and first in its
-    /// bucket (or in the node's dealt queue), so that taking from there takes it.
-    fn named_choice(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<Choice> {
-        let task = *self.named_for.get(&node)?;
-        let &(task_kind, bucket) = self.location.get(&task)?;
-        if task_kind != kind {
-            return None;
-        }
-        let q = self.kinds.get_mut(&kind)?;
-        if !q.members.contains(&node) {
-            return None;
-        }
-        match self.policy {
-            Policy::AffinityStealing => {
-                q.refresh_ring(&self.key_points);
-                if q.buckets.get(&bucket)?.front() != Some(&task) {
-                    return None;
-                }
-                let from = q.owner_of(bucket.0, &self.key_points)?;
-                Some(Choice::Bucket { bucket, from })
-            }
-            Policy::StaticRoundRobin => {
-                (q.static_queues.get(&node)?.front() == Some(&task)).then_some(Choice::Dealt)
-            }
-        }
-    }
-
     /// `task` is no longer anyone's named next task.
     fn forget_name(&mut self, task: TaskId) {
         if let Some(node) = self.named_to.remove(&task) {
@@ -377,7 +347,9 @@ impl Scheduler {
     /// will most likely run next once a slot of `kind` frees (only a hint: other nodes, new
     /// work and finished tasks change it).
     ///
-    /// The task is named to `node` from then on: a thief with another task to take leaves it.
+    /// The task is named to `node` from then on: a thief with another task to take leaves it,
+    /// and this node's next [`Scheduler::peek_for`] and [`Scheduler::next_for`] give it while
+    /// it is pending.
     pub fn peek_for(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<TaskId> {
         let choice = self.choose(node, kind)?;
         let q = self.kinds.get(&kind)?;
@@ -397,7 +369,8 @@ impl Scheduler {
     }
 
     /// Where the next task for `node` of `kind` comes from, taking nothing (it only refreshes
-    /// the ring and deals unplaced tasks, which changes no decision).
+    /// the ring and deals unplaced tasks, which changes no decision). The task named for
+    /// `node` first; under `StaticRoundRobin` the node's dealt queue is its order anyway.
     fn choose(&mut self, node: NodeIdx, kind: ExecutorKind) -> Option<Choice> {
         let q = self.kinds.get_mut(&kind)?;
         if !q.members.contains(&node) {
@@ -406,6 +379,11 @@ impl Scheduler {
         match self.policy {
             Policy::AffinityStealing => {
                 q.refresh_ring(&self.key_points);
+                // The node prepared its named task ahead: it stays the node's next.
+                if let Some(bucket) = named_bucket(&self.named_for, &self.location, q, node, kind) {
+                    let from = q.owner_of(bucket.0, &self.key_points)?;
+                    return Some(Choice::Bucket { bucket, from });
+                }
                 // A bucket whose next task is named to another node (its hint).
                 let named_elsewhere = |q: &KindQueues, b: &BucketId| {
                     q.buckets
@@ -502,6 +480,20 @@ impl Scheduler {
     pub fn pending(&self) -> usize {
         self.location.len()
     }
+}
+
+/// The bucket of the task named for `node`, when that task is pending, of `kind`, and first in
+/// its bucket, so that taking from the bucket takes it.
+fn named_bucket(
+    named_for: &HashMap<NodeIdx, TaskId>,
+    location: &HashMap<TaskId, (ExecutorKind, BucketId)>,
+    q: &KindQueues,
+    node: NodeIdx,
+    kind: ExecutorKind,
+) -> Option<BucketId> {
+    let task = named_for.get(&node)?;
+    let &(task_kind, bucket) = location.get(task)?;
+    (task_kind == kind && q.buckets.get(&bucket)?.front() == Some(task)).then_some(bucket)
 }
 
 fn expected_bits(estimates: &HashMap<BucketId, Estimate>, b: &BucketId) -> u64 {
@@ -812,7 +804,7 @@ mod tests {
     }
 
     #[test]
-    fn the_named_task_is_granted_even_when_the_estimates_change_after_the_peek() {
+    fn the_named_task_is_named_again_and_granted_even_when_the_estimates_change_after_the_peek() {
         let mut s = Scheduler::new(Policy::AffinityStealing);
         s.add_node(0, &[K]);
         enqueue(&mut s, 1, "short");
@@ -830,8 +822,10 @@ mod tests {
         unnamed.record_duration("short", "a", 10.0);
         unnamed.record_duration("long", "a", 12.0);
         unnamed.record_duration("short", "a", 1000.0);
+        assert_eq!(unnamed.peek_for(0, K), Some(1));
         assert_eq!(unnamed.next_for(0, K).map(|p| p.task), Some(1));
-        // Named, it is granted; then the other.
+        // Named, it is named again by the next peek, and granted; then the other.
+        assert_eq!(s.peek_for(0, K), Some(2));
         assert_eq!(s.next_for(0, K).map(|p| p.task), Some(2));
         assert_eq!(s.next_for(0, K).map(|p| p.task), Some(1));
         assert_eq!(s.next_for(0, K), None);

@@ -851,8 +851,8 @@ pub(crate) fn unix_ns() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// Now, in whole seconds since the Unix epoch.
-pub(crate) fn unix_now() -> u64 {
+/// Now, in whole seconds since the Unix epoch (as `docker events --since` takes them).
+pub fn unix_now() -> u64 {
     unix_ns() / 1_000_000_000
 }
 

@@ -44,7 +44,7 @@ pub fn images_evicted_since(since: u64) -> Vec<String> {
             "--since",
             &since.to_string(),
             "--until",
-            &now_unix().to_string(),
+            &super::unix_now().to_string(),
         ])
         .args(["--filter", "type=image", "--filter", "event=untag"])
         .args(["--format", "{{.Actor.Attributes.name}}"])
@@ -57,11 +57,6 @@ pub fn images_evicted_since(since: u64) -> Vec<String> {
             .collect()
     })
     .unwrap_or_default()
-}
-
-/// Seconds since the Unix epoch, as `docker events --since` takes them.
-pub fn now_unix() -> u64 {
-    super::unix_now()
 }
 
 /// Counts the execution containers (those with [`super::CONTAINER_LABEL`]) the engine creates
