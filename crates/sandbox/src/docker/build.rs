@@ -770,7 +770,7 @@ const NETWORK_SIGNS: &[&str] = &[
 pub(super) fn blame(origin: Option<&Origin>, step_lines: &[&str], error: &str) -> Blame {
     let no_space =
         |s: &str| s.contains("no space left on device") || s.contains("No space left on device");
-    if no_space(error) || step_lines.iter().any(|l| no_space(l)) {
+    if no_space(error) || step_lines.iter().any(|l| no_space(l)) || !command_failed(error) {
         return Blame::Infra;
     }
     match origin {
@@ -800,6 +800,16 @@ fn quote(out: &BuildOutput) -> String {
     )
 }
 
+/// The engine's words for a step whose command ran and exited non-zero (the classic builder's).
+const COMMAND_EXITED: &str = "returned a non-zero code";
+
+/// Whether a build's error says the step's command ran and failed; any other error is the
+/// engine's (it could not create or start the step's container, say), and the command's output
+/// says nothing of the recipe.
+fn command_failed(error: &str) -> bool {
+    error.contains(COMMAND_EXITED)
+}
+
 fn failure(
     tag: &str,
     layer: &Layer,
@@ -813,7 +823,8 @@ fn failure(
         _ => String::new(),
     };
     // The engine quotes the whole script; the exit status is what matters.
-    let error = match error.rfind("returned a non-zero code") {
+    let ran = command_failed(error);
+    let error = match error.rfind(COMMAND_EXITED) {
         Some(i) => format!("the command {}", &error[i..]),
         None => error.trim().to_string(),
     };
@@ -826,6 +837,11 @@ fn failure(
         )),
         Blame::Infra => {
             let hint = match origin {
+                _ if !ran => {
+                    "the engine could not run the step, so its commands did not run: check the \
+                     engine (`docker info`, its default bridge network `docker network inspect \
+                     bridge`, its disk), then retry"
+                }
                 Some(Origin::Harness(_)) => {
                     "the base image may lack what the harness needs: rebuild it with `reprobench \
                      images bootstrap --force` (or check the engine)"
@@ -1151,6 +1167,12 @@ mod tests {
             Blame::Infra
         );
         assert_eq!(blame(None, &[], "unexpected EOF"), Blame::Infra);
+        // The engine could not start the step's container: no command ran, the recipe is not
+        // to blame whatever the step.
+        let engine = "failed to create endpoint e on network bridge: adding interface v to \
+                      bridge docker0 failed: could not find bridge docker0";
+        assert_eq!(blame(Some(&Origin::Install), &["x"], engine), Blame::Infra);
+        assert_eq!(blame(Some(&Origin::Packages), &[], engine), Blame::Infra);
         let full = ["write /x: no space left on device"];
         assert_eq!(blame(Some(&Origin::Install), &full, err), Blame::Infra);
     }
