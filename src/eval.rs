@@ -516,11 +516,35 @@ fn print_eval(
         }
         println!("reports: {}", out.display());
     }
+    if let Some(hint) = rerun_hint(done.resumed, n("error_instances")) {
+        eprintln!("{hint}");
+    }
+}
+
+/// What to do about instances that errored in a run this evaluation reused or resumed rather
+/// than ran anew (an engine that failed then is not retried by running the same command again).
+fn rerun_hint(resumed: bool, errors: u64) -> Option<String> {
+    (resumed && errors > 0).then(|| {
+        format!(
+            "{errors} instance(s) errored in this evaluation's earlier run, which was reused: each \
+             report's `message` says why; once that is mended, pass --new to evaluate again \
+             (executions already run and cached, gold and base, are not run again)"
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_of_a_reused_run_say_how_to_evaluate_again() {
+        let hint = rerun_hint(true, 3).unwrap();
+        assert!(hint.starts_with("3 instance(s) errored") && hint.contains("--new"));
+        // A run made now, or one without errors, needs no such word.
+        assert_eq!(rerun_hint(false, 3), None);
+        assert_eq!(rerun_hint(true, 0), None);
+    }
 
     #[test]
     fn packages_as_of_reads_days_instants_and_latest() {
