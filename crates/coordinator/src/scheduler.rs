@@ -805,22 +805,22 @@ mod tests {
 
     #[test]
     fn the_named_task_is_named_again_and_granted_even_when_the_estimates_change_after_the_peek() {
-        let mut s = Scheduler::new(Policy::AffinityStealing);
-        s.add_node(0, &[K]);
-        enqueue(&mut s, 1, "short");
-        enqueue(&mut s, 2, "long");
-        s.record_duration("short", "a", 10.0);
-        s.record_duration("long", "a", 12.0);
+        // One node; task 2's key looks longer, so it goes first.
+        let two_tasks = || {
+            let mut s = Scheduler::new(Policy::AffinityStealing);
+            s.add_node(0, &[K]);
+            enqueue(&mut s, 1, "short");
+            enqueue(&mut s, 2, "long");
+            s.record_duration("short", "a", 10.0);
+            s.record_duration("long", "a", 12.0);
+            s
+        };
+        let mut s = two_tasks();
         let named = s.peek_for(0, K);
         assert_eq!(named, Some(2));
         // The other key now looks far longer: unnamed, it would go first.
         s.record_duration("short", "a", 1000.0);
-        let mut unnamed = Scheduler::new(Policy::AffinityStealing);
-        unnamed.add_node(0, &[K]);
-        enqueue(&mut unnamed, 1, "short");
-        enqueue(&mut unnamed, 2, "long");
-        unnamed.record_duration("short", "a", 10.0);
-        unnamed.record_duration("long", "a", 12.0);
+        let mut unnamed = two_tasks();
         unnamed.record_duration("short", "a", 1000.0);
         assert_eq!(unnamed.peek_for(0, K), Some(1));
         assert_eq!(unnamed.next_for(0, K).map(|p| p.task), Some(1));
