@@ -607,6 +607,41 @@ async fn the_next_tasks_container_boots_once_a_core_is_idle_unless_always() {
     remove_image(&sb, image).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_the_next_task_came_its_own_next_execution_boots_ahead_on_busy_cores() {
+    let Some((_sb, _cache)) = sandbox().await else {
+        return;
+    };
+    let (sb, _cache) = staging(StageAheadMode::WhenIdle).await;
+    let shared = shared(&sb).await;
+    let prepared = alias(&sb, &shared, "next-task-came").await;
+    let Prepared::Image(image) = &prepared else {
+        unreachable!()
+    };
+    let busy = BusyCores::start();
+    // The next task's first execution is announced while another runs: its boot waits for an
+    // idle core.
+    sb.exec_next_task_ahead(&prepared, &sh("echo first"));
+    assert_ran(&sb.exec(&prepared, sh("true")).await.unwrap(), 0);
+    assert_eq!(sb.waiting_for_idle_core(), 1);
+    // That task comes, every core still busy: its second execution is announced (within the
+    // task) and its first runs, booting its own container. The second's boot does not wait
+    // for an idle core, as no execution within a task does.
+    sb.exec_ahead(&prepared, &sh("echo second"));
+    let first = sb.exec(&prepared, sh("echo first")).await.unwrap();
+    assert_ran(&first, 0);
+    booted_ahead(&sb).await;
+    assert_eq!(sb.waiting_for_idle_core(), 0);
+    let second = sb.exec(&prepared, sh("echo second")).await.unwrap();
+    assert_ran(&second, 0);
+    assert_eq!(second.output, "second\n");
+    assert_eq!(took(&second, "create"), Duration::ZERO, "{second:?}");
+    drop(busy);
+    sb.settle().await;
+    assert_eq!(our_containers(&sb, image).await, Vec::<String>::new());
+    remove_image(&sb, image).await;
+}
+
 /// A sandbox like [`sandbox`]'s (whose check it follows), staging announced executions ahead
 /// as `stage` says.
 async fn staging(stage: StageAheadMode) -> (DockerSandbox, tempfile::TempDir) {

@@ -1165,8 +1165,9 @@ impl Ahead {
     }
 
     /// Boots the container of the next task's key `key` once a core is idle (read every
-    /// [`IDLE_POLL`]) while its execution stays announced, then stages it as the mode says;
-    /// nothing when its execution comes first (it boots its own).
+    /// [`IDLE_POLL`]) while its execution stays announced, then stages it as the mode says.
+    /// When its execution comes first (it boots its own), the wait ends: an execution of the
+    /// same key announced by that task meanwhile boots at once, as within a task.
     fn boot_when_idle(
         &self,
         key: String,
@@ -1178,15 +1179,18 @@ impl Ahead {
         tokio::spawn(async move {
             let idle = loop {
                 tokio::time::sleep(IDLE_POLL).await;
-                if !this.announced(&key) {
+                if !this.announced_for_next_task(&key) {
                     break false;
                 }
                 if stage_ahead::stage_now(StageAheadMode::WhenIdle) {
                     break true;
                 }
             };
+            // What is still announced of `key` once the next task's execution came is that
+            // task's own next execution, which `boot_next` left to this wait.
+            let boots = idle || this.announced(&key);
             // Claimed before it stops waiting: an execution of that key then waits for this boot.
-            let claimed = idle && this.claim_while_announced(&key).await;
+            let claimed = boots && this.claim_while_announced(&key).await;
             crate::lock(&this.state.waiting_for_idle).remove(&key);
             if !claimed {
                 return;
@@ -1243,6 +1247,15 @@ impl Ahead {
         self.state
             .booting
             .send_modify(|keys| keys.retain(|k| k != key));
+    }
+
+    /// Whether the first execution of the node's next task is announced with container key
+    /// `key` (and not forgotten).
+    fn announced_for_next_task(&self, key: &str) -> bool {
+        let announced = crate::lock(&self.state.announced);
+        announced
+            .iter()
+            .any(|a| a.key == key && a.next_task && a.since.elapsed() < AHEAD_IDLE)
     }
 
     /// Whether an execution of container key `key` is announced (and not forgotten).
