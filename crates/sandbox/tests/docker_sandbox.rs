@@ -539,17 +539,28 @@ impl Drop for BusyCores {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_next_tasks_container_boots_once_a_core_is_idle_unless_always() {
-    let Some((_sb, _cache)) = sandbox().await else {
-        return;
-    };
-    let (sb, _cache) = staging(StageAheadMode::WhenIdle).await;
+/// A sandbox staging ahead `when-idle`, its cache, and an image of its own named `name` (as
+/// prepared, and its tag); `None` where the docker tests skip.
+async fn when_idle_image(
+    name: &str,
+) -> Option<(DockerSandbox, tempfile::TempDir, Prepared, String)> {
+    sandbox().await?;
+    let (sb, cache) = staging(StageAheadMode::WhenIdle).await;
     let shared = shared(&sb).await;
-    let prepared = alias(&sb, &shared, "next-task-idle").await;
+    let prepared = alias(&sb, &shared, name).await;
     let Prepared::Image(image) = &prepared else {
         unreachable!()
     };
+    let image = image.clone();
+    Some((sb, cache, prepared, image))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_tasks_container_boots_once_a_core_is_idle_unless_always() {
+    let Some((sb, _cache, prepared, image)) = when_idle_image("next-task-idle").await else {
+        return;
+    };
+    let image = image.as_str();
     // Every core busy while an execution runs: the next task's container is not booted.
     let busy = BusyCores::start();
     sb.exec_next_task_ahead(&prepared, &sh("echo next"));
@@ -609,15 +620,10 @@ async fn the_next_tasks_container_boots_once_a_core_is_idle_unless_always() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn once_the_next_task_came_its_own_next_execution_boots_ahead_on_busy_cores() {
-    let Some((_sb, _cache)) = sandbox().await else {
+    let Some((sb, _cache, prepared, image)) = when_idle_image("next-task-came").await else {
         return;
     };
-    let (sb, _cache) = staging(StageAheadMode::WhenIdle).await;
-    let shared = shared(&sb).await;
-    let prepared = alias(&sb, &shared, "next-task-came").await;
-    let Prepared::Image(image) = &prepared else {
-        unreachable!()
-    };
+    let image = image.as_str();
     let busy = BusyCores::start();
     // The next task's first execution is announced while another runs: its boot waits for an
     // idle core.
