@@ -6,7 +6,8 @@
 //! - env (`reprobench/env:<EnvRecipe::env_key>-<content>`): a virtualenv at `/opt/venv` with the
 //!   recipe's packages;
 //! - instance (`reprobench/instance:<EnvRecipe::instance_key>-<content>`): the repository at the
-//!   base commit at [`WORKDIR`], as a git repository, with its install commands run.
+//!   base commit at [`WORKDIR`], as a git repository, with its install commands run, then
+//!   archived in [`REPO_ARCHIVE`] and both closed to all but root.
 //!
 //! An execution runs in a container with no network, CPU/memory/pids limits (refused limits fail
 //! it), a read-only root filesystem, all capabilities dropped but the few its root script needs,
@@ -79,8 +80,13 @@ pub async fn build_self_image(base: &str, tag: &str, force: bool) -> Result<Stri
     Ok(tag.to_string())
 }
 
-/// Where the repository sits in instance images (and is copied from into `/work` per execution).
+/// Where the repository sits in instance images, where their install commands ran; closed to
+/// the command (mode 700): the tree as it was before the patches would tell them apart.
 pub const WORKDIR: &str = "/testbed";
+/// The repository's archive in instance images, made once its install commands ran, root's
+/// alone: each execution's container unpacks it into its stage, one file read through the
+/// storage driver instead of every file of the tree.
+pub const REPO_ARCHIVE: &str = "/var/lib/reprobench/repo.tar";
 /// Base image used when none is configured; `reprobench images bootstrap` builds it.
 pub const DEFAULT_BASE_IMAGE: &str = "reprobench/python-base:bookworm-2";
 /// Label every reprobench container carries (value `docker`), to find leftovers.

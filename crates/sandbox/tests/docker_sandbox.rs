@@ -1067,18 +1067,21 @@ async fn disk_memory_and_processes_are_limited() {
     };
     let prepared = shared(&sb).await;
 
-    // Writes beyond the tmpfs size fail inside; the root filesystem and the repository are read-only.
+    // Writes beyond the tmpfs size fail inside; the root filesystem is read-only, and the
+    // image's repository and its archive (the tree before the patches) are closed.
     let mut req = sh(
         "dd if=/dev/zero of=/work/big bs=1M count=100 2>&1 | grep -o 'No space left on device'; \
          dd if=/dev/zero of=/tmp/big bs=1M count=100 2>&1 | grep -o 'No space left on device'; \
-         touch /testbed/x /usr/x 2>&1 | grep -c 'Read-only file system'; df -m /work | tail -1 | tr -s ' ' | cut -d' ' -f2",
+         touch /usr/x 2>&1 | grep -c 'Read-only file system'; \
+         ls /testbed /var/lib/reprobench/repo.tar 2>&1 | grep -c 'Permission denied'; \
+         df -m /work | tail -1 | tr -s ' ' | cut -d' ' -f2",
     );
     req.limits.disk_mb = 32;
     let out = sb.exec(&prepared, req).await.unwrap();
     assert_ran(&out, 0);
     assert_eq!(
         out.output,
-        "No space left on device\nNo space left on device\n2\n32\n"
+        "No space left on device\nNo space left on device\n1\n2\n32\n"
     );
 
     // Input files that do not fit: the command never runs, and the error says what to raise.

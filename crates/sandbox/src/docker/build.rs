@@ -6,7 +6,7 @@ use super::super::{
     PIP_BUILD_CONSTRAINT_VAR, PIP_DATE_CAP_VAR, PIP_WITH_DATE_CAP, SandboxError,
     dated_pip_install_note, retries_with_dated_pip,
 };
-use super::{KEY_LABEL, LAYER_LABEL, PARENT_LABEL, WORKDIR};
+use super::{KEY_LABEL, LAYER_LABEL, PARENT_LABEL, REPO_ARCHIVE, WORKDIR};
 use bollard::Docker;
 use bollard::query_parameters::{BuildImageOptionsBuilder, RemoveImageOptionsBuilder};
 use futures_util::StreamExt;
@@ -409,7 +409,8 @@ pub(super) fn env_layer(
 }
 
 /// The instance layer: the repository at the base commit in [`WORKDIR`] as a git repository,
-/// then the recipe's `pre_install` and `install` commands run there. The archive of the
+/// then the recipe's `pre_install` and `install` commands run there, then the tree archived in
+/// [`REPO_ARCHIVE`] for the executions, and both closed to all but root. The archive of the
 /// repository at the base commit is attached as `repo.tar` once the tag says it is needed.
 pub(super) fn instance_layer(env_tag: &str, recipe: &EnvRecipe) -> Layer {
     let mut l = Layer::new(env_tag, "instance", recipe.instance_key());
@@ -480,6 +481,13 @@ pub(super) fn instance_layer(env_tag: &str, recipe: &EnvRecipe) -> Layer {
                 "mkdir -p /etc/reprobench && python -c \"import base64; exec(base64.b64decode('{b64}'))\" {WORKDIR} > /etc/reprobench/editable"
             )
         },
+    ));
+    pieces.push((
+        Origin::Harness("archiving the repository for the executions and closing it"),
+        format!(
+            "d=$(dirname {REPO_ARCHIVE}) && mkdir -p \"$d\" && tar -C {WORKDIR} -cf {REPO_ARCHIVE} . \
+            && chmod 600 {REPO_ARCHIVE} && chmod 700 \"$d\" {WORKDIR}"
+        ),
     ));
     l.script(pieces);
     l.label();

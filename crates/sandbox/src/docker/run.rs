@@ -2,9 +2,10 @@
 //!
 //! The container starts as root with a handful of capabilities and reads its inputs from its
 //! standard input (an archive: the script, the patches, the files, the support files), never
-//! from a mount. The script copies the repository to `/stage` (a tmpfs only root can enter;
-//! through a tar pipe, which keeps owners, modes and times as `cp -a` does, in a sixth of its
-//! time on the image's overlay), writes the files, applies the patches and seals the tree ([`crate::stage`]), unpacks it into
+//! from a mount. The script unpacks the image's archive of the repository ([`REPO_ARCHIVE`],
+//! root's alone) into `/stage` (a tmpfs only root can enter; owners, modes and times kept, and
+//! one file read through the storage driver where copying the tree read each of its files),
+//! writes the files, applies the patches and seals the tree ([`crate::stage`]), unpacks it into
 //! `/work` (a tmpfs of its own, owned by the test's user) in name order, removes the stage, and
 //! then, once the execution is handed the container (a [`GO`] line after the archive), runs the
 //! command as an unprivileged user ([`TEST_UID`]) that can gain no privilege. The
@@ -22,7 +23,7 @@ use super::super::stage_ahead::{self, StageAheadMode};
 use super::super::{
     CappedOutput, ExecOutput, ExecRequest, Limits, SandboxError, check_relative_path,
 };
-use super::{CONTAINER_LABEL, WORKDIR, engine_error, unix_ns};
+use super::{CONTAINER_LABEL, REPO_ARCHIVE, engine_error, unix_ns};
 use bollard::Docker;
 use bollard::errors::Error as EngineError;
 use bollard::models::{
@@ -47,8 +48,8 @@ pub const HOSTNAME: &str = "reprobench";
 const SUPPORT_DIR: &str = "/reprobench";
 /// Exit status of the script when it could not set the tree up (the command never ran).
 const SETUP_FAILED: i64 = 223;
-/// The container's command: note when it began, copy the repository into root's stage
-/// (through a tar pipe, which keeps owners, modes and times), note when that was done, then
+/// The container's command: note when it began, unpack the repository's archive into root's
+/// stage (owners, modes and times kept), note when that was done, then
 /// read the input archive (its length on a first line) from standard input and run the script
 /// (which reads the [`GO`] line that follows from the same input).
 /// The same for every execution: nothing in it is the execution's, so a container can be
@@ -56,7 +57,7 @@ const SETUP_FAILED: i64 = 223;
 fn boot_command() -> String {
     format!(
         "date +%s%N > /stage/booted; \
-         if mkdir /stage/repo && tar -C {WORKDIR} -cf - . | tar -C /stage/repo -xpf -; then date +%s%N > /stage/copied; else rm -rf /stage/repo; fi; \
+         if mkdir /stage/repo && tar -C /stage/repo -xpf {REPO_ARCHIVE}; then date +%s%N > /stage/copied; else rm -rf /stage/repo; fi; \
          IFS= read -r n && mkdir -m 700 /stage/in && head -c \"$n\" | tar -x -f - -C /stage/in && exec /bin/sh /stage/in/run.sh"
     )
 }
