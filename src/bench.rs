@@ -20,7 +20,8 @@ use reprobench_domain::synthetic::SyntheticDataset;
 use reprobench_proto::v1::{ListRunsRequest, SubmitRunRequest, WatchRunRequest};
 use reprobench_sandbox::docker::unix_now;
 use reprobench_sandbox::docker::usage::{
-    ContainerCreations, engine_floor_ms, image_bytes, images_evicted_since, storage_driver,
+    ContainerCreations, containers_wall_ms, engine_floor_ms, image_bytes, images_evicted_since,
+    newest_instance_images, storage_driver,
 };
 use std::time::{Duration, Instant};
 
@@ -891,7 +892,11 @@ pub(crate) fn dir_bytes(p: &std::path::Path) -> u64 {
 /// The engine's floor, measured now: the median wall of one container and the machine's CPU
 /// time per container (every process, the CLI's included), and the harness's median overhead
 /// per execution as a multiple of the wall (docker only; nulls otherwise).
-fn engine_floor_json(executor: &str, overhead_ms_median: f64) -> serde_json::Value {
+fn engine_floor_json(
+    executor: &str,
+    overhead_ms_median: f64,
+    repos: &[String],
+) -> serde_json::Value {
     const RUNS: usize = 15;
     let before = MachineCpu::now();
     let floor = (executor == "docker")
@@ -905,7 +910,64 @@ fn engine_floor_json(executor: &str, overhead_ms_median: f64) -> serde_json::Val
         // fuse-overlayfs serves every file a container reads from its image in a user-space
         // process, outside the container's CPU: the figures depend on it.
         "storage_driver": (executor == "docker").then(storage_driver).flatten(),
+        "boot_copy": if executor == "docker" { boot_copy_json(repos) } else { serde_json::Value::Null },
     })
+}
+
+/// What giving a container's stage its tree costs at boot, on the newest instance image of each
+/// repository in `repos`: machine CPU seconds and median wall per container (10 in a row, with
+/// the executions' options: read-only root, no network, no log, an init, `/stage` a tmpfs) of
+/// an empty container, of copying the image's tree file by file (a tar pipe from `/testbed`, as
+/// boots did before 7d42b60), and of unpacking the image's archive of it (as they do now).
+fn boot_copy_json(repos: &[String]) -> serde_json::Value {
+    use reprobench_sandbox::docker::{REPO_ARCHIVE, WORKDIR};
+    const RUNS: usize = 10;
+    let options = [
+        "--read-only",
+        "--network",
+        "none",
+        "--log-driver",
+        "none",
+        "--init",
+        "--user",
+        "0:0",
+        "--tmpfs",
+        "/stage:rw,exec,mode=0700",
+    ];
+    let ways = [
+        ("empty", "true".to_string()),
+        (
+            "tree_copied",
+            format!("mkdir /stage/repo && tar -C {WORKDIR} -cf - . | tar -C /stage/repo -xpf -"),
+        ),
+        (
+            "archive_unpacked",
+            format!("mkdir /stage/repo && tar -C /stage/repo -xpf {REPO_ARCHIVE}"),
+        ),
+    ];
+    let images = newest_instance_images();
+    let mut by_repo = serde_json::Map::new();
+    for repo in repos {
+        let Some(image) = images.get(repo) else {
+            continue;
+        };
+        let mut figures = serde_json::Map::new();
+        figures.insert("image".into(), image.clone().into());
+        for (way, script) in &ways {
+            let before = MachineCpu::now();
+            let wall = containers_wall_ms(image, &options, &["sh", "-c", script], RUNS);
+            let cpu_s = wall.and_then(|_| Some(MachineCpu::now()?.busy_s - before?.busy_s));
+            figures.insert(
+                way.to_string(),
+                serde_json::json!({
+                    "cpu_s_per_container": cpu_s.map(|s| s / RUNS as f64),
+                    "wall_ms_median": wall,
+                }),
+            );
+        }
+        by_repo.insert(repo.clone(), figures.into());
+    }
+    by_repo.into()
 }
 
 /// Which profile this binary was built with: `debug` or `release`.
@@ -1058,6 +1120,7 @@ fn gold_validation(
     rows: &std::path::Path,
     executor: &str,
     nodes: u32,
+    repos: &[String],
 ) -> Result<serde_json::Value> {
     let (gold, wall) = slice_eval(root, rows, "gold", executor, nodes, "data-gold", &[])?;
     let figures = execution_figures(&gold);
@@ -1086,7 +1149,7 @@ fn gold_validation(
         "mean_coverage_delta": gold["mean_coverage_delta"],
         "by_repo": gold_by_repo(&gold),
         "reports": gold["reports"],
-        "engine": engine_floor_json(executor, overhead_ms_median),
+        "engine": engine_floor_json(executor, overhead_ms_median, repos),
     }))
 }
 
@@ -1206,7 +1269,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
             "gold validation: {} local nodes, one slot each",
             a.nodes
         ));
-        let mut v = gold_validation(&root, &rows, &executor, a.nodes)?;
+        let mut v = gold_validation(&root, &rows, &executor, a.nodes, &wanted_repos)?;
         v["repos"] = wanted_repos.into();
         v["instances"] = instances.into();
         return finish_slice(&root, a.work.is_none(), &v, a.json);
@@ -1241,7 +1304,8 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         });
         let with_overhead = v["ahead"]["1_node"]["with"]["overhead_ms_median"].as_f64();
         let mut v = v;
-        v["engine"] = engine_floor_json(&executor, with_overhead.unwrap_or(f64::NAN));
+        v["engine"] =
+            engine_floor_json(&executor, with_overhead.unwrap_or(f64::NAN), &wanted_repos);
         return finish_slice(&root, a.work.is_none(), &v, a.json);
     }
     say("gold again: reuses the finished evaluation".into());
@@ -1324,7 +1388,7 @@ pub async fn slice(a: SliceBenchArgs) -> Result<()> {
         "test_ms_median": test_ms_median,
         "overhead_ratio_median": overhead_ms_median / test_ms_median,
         "overhead_ratio_total": overhead_sum / test_sum,
-        "engine": engine_floor_json(&executor, overhead_ms_median),
+        "engine": engine_floor_json(&executor, overhead_ms_median, &wanted_repos),
         "environment_disk_bytes": disk,
         "image_budget_gb": crate::NodeOptions::defaults().image_budget_gb,
         "images_evicted": if executor == "docker" { images_evicted_since(started_unix) } else { Vec::new() },

@@ -3,6 +3,7 @@
 //! one container. Read through the docker CLI (`system df`, `events`, `run`), as a user would
 //! check them; each gives nothing (0, empty, `None`) where the CLI cannot answer.
 
+use std::collections::HashMap;
 use std::process::{Command, Stdio};
 
 /// Disk the engine's images use, each layer counted once (`docker system df`), in bytes.
@@ -141,11 +142,26 @@ fn cgroup2_usage_s(cpu_stat: &str) -> Option<f64> {
 /// `docker run --rm --network none IMAGE true`, `n` times, the CLI's start included; `None`
 /// when docker cannot run it.
 pub fn engine_floor_ms(image: &str, n: usize) -> Option<f64> {
+    containers_wall_ms(image, &["--network", "none"], &["true"], n)
+}
+
+/// The median wall time (ms) of `n` containers of `image` run one after another (`docker run
+/// --rm`, the CLI's start included) with the options `options`, each running `command`; `None`
+/// when docker cannot run one or it fails.
+pub fn containers_wall_ms(
+    image: &str,
+    options: &[&str],
+    command: &[&str],
+    n: usize,
+) -> Option<f64> {
     let mut walls = Vec::with_capacity(n);
     for _ in 0..n {
         let t = std::time::Instant::now();
         let status = Command::new("docker")
-            .args(["run", "--rm", "--network", "none", image, "true"])
+            .args(["run", "--rm"])
+            .args(options)
+            .arg(image)
+            .args(command)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -162,6 +178,33 @@ pub fn engine_floor_ms(image: &str, n: usize) -> Option<f64> {
         len if len % 2 == 1 => Some(walls[mid]),
         _ => Some((walls[mid - 1] + walls[mid]) / 2.0),
     }
+}
+
+/// The newest instance image of each repository (`owner/name` → image), as the engine lists
+/// them (newest first).
+pub fn newest_instance_images() -> HashMap<String, String> {
+    let out = Command::new("docker")
+        .args([
+            "images",
+            "--filter",
+            "label=reprobench.layer=instance",
+            "--format",
+            "{{.Repository}}:{{.Tag}}\t{{index .Labels \"reprobench.repo\"}}",
+        ])
+        .output();
+    let mut newest = HashMap::new();
+    let Ok(out) = out else { return newest };
+    if !out.status.success() {
+        return newest;
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some((image, repo)) = line.split_once('\t') {
+            newest
+                .entry(repo.to_string())
+                .or_insert_with(|| image.to_string());
+        }
+    }
+    newest
 }
 
 #[cfg(test)]
