@@ -21,7 +21,7 @@ use reprobench_proto::v1::{ListRunsRequest, SubmitRunRequest, WatchRunRequest};
 use reprobench_sandbox::docker::unix_now;
 use reprobench_sandbox::docker::usage::{
     ContainerCreations, containers_wall_ms, engine_floor_ms, image_bytes, images_evicted_since,
-    newest_instance_images, storage_driver,
+    newest_instance_image, storage_driver,
 };
 use std::time::{Duration, Instant};
 
@@ -945,17 +945,16 @@ fn boot_copy_json(repos: &[String]) -> serde_json::Value {
             format!("mkdir /stage/repo && tar -C /stage/repo -xpf {REPO_ARCHIVE}"),
         ),
     ];
-    let images = newest_instance_images();
     let mut by_repo = serde_json::Map::new();
     for repo in repos {
-        let Some(image) = images.get(repo) else {
+        let Some(image) = newest_instance_image(repo) else {
             continue;
         };
         let mut figures = serde_json::Map::new();
         figures.insert("image".into(), image.clone().into());
         for (way, script) in &ways {
             let before = MachineCpu::now();
-            let wall = containers_wall_ms(image, &options, &["sh", "-c", script], RUNS);
+            let wall = containers_wall_ms(&image, &options, &["sh", "-c", script], RUNS);
             let cpu_s = wall.and_then(|_| Some(MachineCpu::now()?.busy_s - before?.busy_s));
             figures.insert(
                 way.to_string(),

@@ -3,7 +3,6 @@
 //! one container. Read through the docker CLI (`system df`, `events`, `run`), as a user would
 //! check them; each gives nothing (0, empty, `None`) where the CLI cannot answer.
 
-use std::collections::HashMap;
 use std::process::{Command, Stdio};
 
 /// Disk the engine's images use, each layer counted once (`docker system df`), in bytes.
@@ -180,31 +179,23 @@ pub fn containers_wall_ms(
     }
 }
 
-/// The newest instance image of each repository (`owner/name` → image), as the engine lists
-/// them (newest first).
-pub fn newest_instance_images() -> HashMap<String, String> {
+/// The newest instance image of the repository `repo` (`owner/name`), as the engine lists
+/// them (newest first); `None` when there is none or the CLI cannot answer.
+pub fn newest_instance_image(repo: &str) -> Option<String> {
     let out = Command::new("docker")
         .args([
             "images",
             "--filter",
             "label=reprobench.layer=instance",
-            "--format",
-            "{{.Repository}}:{{.Tag}}\t{{index .Labels \"reprobench.repo\"}}",
+            "--filter",
         ])
-        .output();
-    let mut newest = HashMap::new();
-    let Ok(out) = out else { return newest };
-    if !out.status.success() {
-        return newest;
-    }
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        if let Some((image, repo)) = line.split_once('\t') {
-            newest
-                .entry(repo.to_string())
-                .or_insert_with(|| image.to_string());
-        }
-    }
-    newest
+        .arg(format!("label=reprobench.repo={repo}"))
+        .args(["--format", "{{.Repository}}:{{.Tag}}"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let image = text.lines().next()?.trim();
+    (out.status.success() && !image.is_empty()).then(|| image.to_string())
 }
 
 #[cfg(test)]
