@@ -890,8 +890,9 @@ pub(crate) fn dir_bytes(p: &std::path::Path) -> u64 {
 }
 
 /// The engine's floor, measured now: the median wall of one container and the machine's CPU
-/// time per container (every process, the CLI's included), and the harness's median overhead
-/// per execution as a multiple of the wall (docker only; nulls otherwise).
+/// time per container (every process, the CLI's included), the harness's median overhead per
+/// execution as a multiple of the wall, and the boot's copy per repository of `repos`
+/// ([`boot_copy_json`]) (docker only; nulls otherwise).
 fn engine_floor_json(
     executor: &str,
     overhead_ms_median: f64,
