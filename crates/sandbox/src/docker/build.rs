@@ -927,12 +927,22 @@ mod tests {
             inst.steps.len()
         );
         assert_eq!(inst.steps.len(), 5, "{text}");
-        assert_eq!(inst.pieces.len(), 4);
+        assert_eq!(inst.pieces.len(), 5);
         assert_eq!(inst.pieces[1], Origin::PreInstall(0));
         assert_eq!(inst.pieces[2], Origin::Install);
         assert!(
             matches!(inst.pieces[3], Origin::Harness(_)),
             "the editable-roots probe"
+        );
+        // Last, once every install command ran: the archive the executions unpack, and the
+        // repository and the archive closed to the test's user.
+        assert!(matches!(inst.pieces[4], Origin::Harness(_)));
+        let archiving = run_argv(&inst)[2].clone();
+        let last = &archiving[archiving.rfind("tar -C").expect("the archiving piece")..];
+        assert!(last.contains(&format!("-cf {REPO_ARCHIVE} .")), "{last}");
+        assert!(
+            last.contains(&format!("chmod 700 \"$d\" {WORKDIR}")),
+            "{last}"
         );
         assert!(inst.context().unwrap().len() > 1024);
     }
