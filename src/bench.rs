@@ -921,7 +921,7 @@ fn engine_floor_json(
 /// an empty container, of copying the image's tree file by file (a tar pipe from `/testbed`, as
 /// boots did before 7d42b60), and of unpacking the image's archive of it (as they do now).
 fn boot_copy_json(repos: &[String]) -> serde_json::Value {
-    use reprobench_sandbox::docker::{REPO_ARCHIVE, WORKDIR};
+    use reprobench_sandbox::docker::{WORKDIR, unpack_into_stage};
     const RUNS: usize = 10;
     let options = [
         "--read-only",
@@ -941,10 +941,7 @@ fn boot_copy_json(repos: &[String]) -> serde_json::Value {
             "tree_copied",
             format!("mkdir /stage/repo && tar -C {WORKDIR} -cf - . | tar -C /stage/repo -xpf -"),
         ),
-        (
-            "archive_unpacked",
-            format!("mkdir /stage/repo && tar -C /stage/repo -xpf {REPO_ARCHIVE}"),
-        ),
+        ("archive_unpacked", unpack_into_stage()),
     ];
     let mut by_repo = serde_json::Map::new();
     for repo in repos {

@@ -87,6 +87,12 @@ pub const WORKDIR: &str = "/testbed";
 /// alone: each execution's container unpacks it into its stage, one file read through the
 /// storage driver instead of every file of the tree.
 pub const REPO_ARCHIVE: &str = "/var/lib/reprobench/repo.tar";
+
+/// The shell command with which a container's boot gives root's stage the repository: the
+/// image's archive ([`REPO_ARCHIVE`]) unpacked into `/stage/repo`, owners, modes and times kept.
+pub fn unpack_into_stage() -> String {
+    format!("mkdir /stage/repo && tar -C /stage/repo -xpf {REPO_ARCHIVE}")
+}
 /// Base image used when none is configured; `reprobench images bootstrap` builds it.
 pub const DEFAULT_BASE_IMAGE: &str = "reprobench/python-base:bookworm-2";
 /// Label every reprobench container carries (value `docker`), to find leftovers.

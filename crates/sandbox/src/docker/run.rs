@@ -2,7 +2,7 @@
 //!
 //! The container starts as root with a handful of capabilities and reads its inputs from its
 //! standard input (an archive: the script, the patches, the files, the support files), never
-//! from a mount. The script unpacks the image's archive of the repository ([`REPO_ARCHIVE`],
+//! from a mount. The script unpacks the image's archive of the repository ([`super::REPO_ARCHIVE`],
 //! root's alone) into `/stage` (a tmpfs only root can enter; owners, modes and times kept, and
 //! one file read through the storage driver where copying the tree read each of its files),
 //! writes the files, applies the patches and seals the tree ([`crate::stage`]), unpacks it into
@@ -23,7 +23,7 @@ use super::super::stage_ahead::{self, StageAheadMode};
 use super::super::{
     CappedOutput, ExecOutput, ExecRequest, Limits, SandboxError, check_relative_path,
 };
-use super::{CONTAINER_LABEL, REPO_ARCHIVE, engine_error, unix_ns};
+use super::{CONTAINER_LABEL, engine_error, unix_ns};
 use bollard::Docker;
 use bollard::errors::Error as EngineError;
 use bollard::models::{
@@ -57,8 +57,9 @@ const SETUP_FAILED: i64 = 223;
 fn boot_command() -> String {
     format!(
         "date +%s%N > /stage/booted; \
-         if mkdir /stage/repo && tar -C /stage/repo -xpf {REPO_ARCHIVE}; then date +%s%N > /stage/copied; else rm -rf /stage/repo; fi; \
-         IFS= read -r n && mkdir -m 700 /stage/in && head -c \"$n\" | tar -x -f - -C /stage/in && exec /bin/sh /stage/in/run.sh"
+         if {}; then date +%s%N > /stage/copied; else rm -rf /stage/repo; fi; \
+         IFS= read -r n && mkdir -m 700 /stage/in && head -c \"$n\" | tar -x -f - -C /stage/in && exec /bin/sh /stage/in/run.sh",
+        super::unpack_into_stage()
     )
 }
 /// The line that hands an execution its container: the script waits for it, after staging and
